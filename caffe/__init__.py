@@ -1,0 +1,1 @@
+"""Caffe-compatible engine on PyTorch tensors."""

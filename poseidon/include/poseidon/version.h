@@ -1,0 +1,6 @@
+#pragma once
+
+namespace poseidon {
+// Library version string; never null, static storage.
+const char* version();
+}  // namespace poseidon

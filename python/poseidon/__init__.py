@@ -1,0 +1,1 @@
+"""Poseidon: distributed communication for the Caffe engine."""
