@@ -1,0 +1,31 @@
+"""Errors a user can cause. Each message names the file, line, layer or blob at fault.
+
+A user error must never surface as a traceback from deep inside PyTorch: code that
+validates input raises one of these, and the `caffe` command prints only the message.
+"""
+
+from __future__ import annotations
+
+
+class CaffeError(Exception):
+    """Base class for every error caused by bad input (files, prototxt, shapes, flags)."""
+
+
+class PrototxtError(CaffeError):
+    """A prototxt that does not parse or breaks a schema rule: names file:line:column."""
+
+
+class WeightsError(CaffeError):
+    """A .caffemodel / .solverstate / .binaryproto that is truncated, corrupt or mismatched."""
+
+
+class NetError(CaffeError):
+    """A net that cannot be built: unknown layer type, unknown bottom, bad blob counts."""
+
+
+class LayerError(CaffeError):
+    """A layer's parameters or input shapes are invalid; the message names the layer."""
+
+
+class SolverError(CaffeError):
+    """A solver definition that cannot run (missing net, bad lr_policy, unwritable prefix)."""
