@@ -7,8 +7,8 @@ validates input raises one of these, and the `caffe` command prints only the mes
 from __future__ import annotations
 
 
-class CaffeError(Exception):
-    """Base class for every error caused by bad input (files, prototxt, shapes, flags)."""
+class CaffeError(RuntimeError):
+    """Base of every error caused by bad input. A RuntimeError, as pycaffe raises for them."""
 
 
 class PrototxtError(CaffeError):

@@ -1,0 +1,109 @@
+"""Process-wide engine state: compute mode and device, random seed, solver rank/count.
+
+Caffe keeps these in a per-thread singleton (`Caffe::Get()`); one process here runs
+one solver, so module-level state is enough. Everything that allocates tensors asks
+`compute_device()`, so `set_mode_gpu()` before building a net puts the net on CUDA.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+
+import numpy as np
+import torch
+
+_log = logging.getLogger("caffe")
+
+
+class _EngineState:
+    def __init__(self) -> None:
+        self.mode = "CPU"
+        self.device_id = 0
+        self.random_seed: int | None = None
+        self.solver_count = 1
+        self.solver_rank = 0
+        self.multiprocess = False
+        self.warned_no_gpu = False
+        self.lock = threading.Lock()
+
+
+_state = _EngineState()
+
+
+def set_mode_cpu() -> None:
+    _state.mode = "CPU"
+
+
+def set_mode_gpu() -> None:
+    _state.mode = "GPU"
+
+
+def mode() -> str:
+    """'CPU' or 'GPU' as requested (see compute_device() for what is actually used)."""
+    return _state.mode
+
+
+def set_device(device_id: int) -> None:
+    _state.device_id = int(device_id)
+    if torch.cuda.is_available():
+        torch.cuda.set_device(_state.device_id)
+
+
+def gpu_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def compute_device() -> torch.device:
+    """Device new blobs live on. GPU mode without a CUDA device falls back to CPU, warning once."""
+    if _state.mode == "GPU":
+        if torch.cuda.is_available():
+            return torch.device("cuda", _state.device_id)
+        with _state.lock:
+            if not _state.warned_no_gpu:
+                _state.warned_no_gpu = True
+                _log.warning("GPU mode requested but no CUDA device is available; using CPU.")
+    return torch.device("cpu")
+
+
+def set_random_seed(seed: int) -> None:
+    """Seed every generator the engine draws from (fillers, dropout, data shuffling)."""
+    _state.random_seed = int(seed)
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
+    random.seed(seed)
+
+
+def solver_count() -> int:
+    return _state.solver_count
+
+
+def set_solver_count(count: int) -> None:
+    _state.solver_count = int(count)
+
+
+def solver_rank() -> int:
+    return _state.solver_rank
+
+
+def set_solver_rank(rank: int) -> None:
+    _state.solver_rank = int(rank)
+
+
+def root_solver() -> bool:
+    """Rank 0 alone tests, displays and snapshots (Caffe's multi-GPU contract)."""
+    return _state.solver_rank == 0
+
+
+def set_multiprocess(multiprocess: bool) -> None:
+    _state.multiprocess = bool(multiprocess)
+
+
+def multiprocess() -> bool:
+    return _state.multiprocess
+
+
+def has_nccl() -> bool:
+    """This engine communicates through Poseidon, never NCCL."""
+    return False

@@ -1,0 +1,80 @@
+"""InnerProduct: y = x·Wᵀ + b over the axes from `axis` on (W is N×K, or K×N if transpose).
+
+Backward is written out (three GEMMs) rather than left to autograd: the weight-gradient
+GEMM is the one that sufficient-factor broadcasting replaces, so it must be separable.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from caffe.fillers import fill
+from caffe.layer import Layer, register_layer
+
+
+@register_layer("InnerProduct")
+class InnerProductLayer(Layer):
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def setup(self, bottom, top):
+        p = self.layer_param.inner_product_param
+        if p.num_output <= 0:
+            raise self.error("inner_product_param.num_output must be positive")
+        self.num_output = p.num_output
+        self.bias_term = p.bias_term
+        self.transpose = p.transpose
+        self.axis = bottom[0].canonical_axis(p.axis)
+        self.K = math.prod(bottom[0].shape[self.axis :])
+        weight_shape = [self.K, self.num_output] if self.transpose else [self.num_output, self.K]
+        expected = [weight_shape] + ([[self.num_output]] if self.bias_term else [])
+        if self.blobs:
+            got = [b.shape for b in self.blobs]
+            if got != expected:
+                raise self.error(f"given blobs have shapes {got}, expected {expected}")
+            return
+        fill(self.blobs.add_blob(*weight_shape), p.weight_filler)
+        if self.bias_term:
+            fill(self.blobs.add_blob(self.num_output), p.bias_filler)
+
+    def reshape(self, bottom, top):
+        shape = bottom[0].shape
+        k = math.prod(shape[self.axis :])
+        if k != self.K:
+            raise self.error(
+                f"input size incompatible with inner product parameters: bottom {shape} has "
+                f"{k} features from axis {self.axis}, the weights expect {self.K}"
+            )
+        self.M = math.prod(shape[: self.axis])
+        top[0].reshape([*shape[: self.axis], self.num_output])
+
+    def forward(self, bottom, top):
+        x = bottom[0].data_tensor.reshape(self.M, self.K)
+        w = self.blobs[0].data_tensor
+        if self.bias_term:
+            y = torch.addmm(self.blobs[1].data_tensor, x, w if self.transpose else w.t())
+        else:
+            y = x @ (w if self.transpose else w.t())
+        top[0].set_data(y.view(top[0].shape_tuple))
+
+    def backward(self, top, propagate_down, bottom):
+        dy = top[0].diff_tensor.reshape(self.M, self.num_output)
+        x = bottom[0].data_tensor.reshape(self.M, self.K)
+        if self.param_propagate_down[0]:
+            self.accumulate_weight_gradient(dy, x)
+        if self.bias_term and self.param_propagate_down[1]:
+            self.blobs[1].diff_tensor.add_(dy.sum(dim=0))
+        if propagate_down[0]:
+            w = self.blobs[0].data_tensor
+            dx = dy @ (w.t() if self.transpose else w)
+            bottom[0].set_diff(dx.view(bottom[0].shape_tuple))
+
+    def accumulate_weight_gradient(self, dy: torch.Tensor, x: torch.Tensor) -> None:
+        """dW += dyᵀ·x (or xᵀ·dy when transposed): the sum of M rank-1 sufficient factors."""
+        dw = self.blobs[0].diff_tensor
+        if self.transpose:
+            dw.addmm_(x.t(), dy)
+        else:
+            dw.addmm_(dy.t(), x)

@@ -1,0 +1,455 @@
+"""Net: builds a DAG of layers from a NetParameter and runs it forward and backward.
+
+Every rule of Caffe's Net::Init is kept (spec §2): state filtering, automatic Split
+layers, in-place tops, anonymous loss tops, loss weights in top diffs, weight sharing
+by name, backward pruning with propagate_down and force_backward, outputs sorted by
+name. Callbacks before/after forward/backward of each layer are the hooks that the
+distributed layer (caffe/parallel.py) uses.
+
+Memory for learnable parameters is allocated once, after setup: all owned parameters
+live in one flat data buffer and one flat diff buffer, in learnable-parameter order,
+so each layer's parameters form one contiguous range (`layer_param_range`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+
+from caffe.blob import Blob
+from caffe.common import compute_device, root_solver
+from caffe.errors import NetError
+from caffe.insert_splits import insert_splits
+from caffe.layer import Layer, create_layer
+from caffe.net_filter import filter_net
+from caffe.net_io import NetWeightsMixin
+from caffe.proto import caffe_pb2
+from caffe.pycaffe import PycaffeNetMixin
+
+_log = logging.getLogger("caffe")
+LayerCallback = Callable[[int], None]
+
+
+class Net(PycaffeNetMixin, NetWeightsMixin):
+    """pycaffe's caffe.Net. Constructors:
+
+    Net(network_file, phase, level=0, stages=None, weights=None)
+    Net(network_file, pretrained_file, phase)        (deprecated form)
+    Net(net_parameter)                               (a NetParameter with its state set)
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        param, weights = self._parse_constructor(args, kwargs)
+        self.device = compute_device()
+        self._before_forward: list[LayerCallback] = []
+        self._after_forward: list[LayerCallback] = []
+        self._before_backward: list[LayerCallback] = []
+        self._after_backward: list[LayerCallback] = []
+        self._init(param)
+        for path in weights:
+            self.copy_from(path)
+
+    # ----- construction ---------------------------------------------------------------
+    def _init(self, in_param: caffe_pb2.NetParameter) -> None:
+        param = insert_splits(filter_net(in_param, in_param.state))
+        self.param = param
+        self.name = param.name
+        self.phase = param.state.phase
+        if root_solver():
+            _log.info("Initializing net from parameters: \n%s", param)
+        self.layers: list[Layer] = []
+        self._layer_names: list[str] = []
+        self._blobs: list[Blob] = []
+        self._blob_names: list[str] = []
+        self._blob_need_backward: list[bool] = []
+        self._blob_loss_weights: list[float] = []
+        self._bottom_vecs: list[list[Blob]] = []
+        self._top_vecs: list[list[Blob]] = []
+        self._bottom_id_vecs: list[list[int]] = []
+        self._top_id_vecs: list[list[int]] = []
+        self._bottom_need_backward: list[list[bool]] = []
+        self._layer_need_backward: list[bool] = []
+        self._inputs: list[int] = []
+        self._params: list[Blob] = []
+        self._param_owners: list[int] = []
+        self._param_display_names: list[str] = []
+        self._param_layer_indices: list[tuple[int, int]] = []
+        self._param_names_index: dict[str, int] = {}
+        self._learnable_param_ids: list[int] = []
+        self.learnable_params: list[Blob] = []
+        self.params_lr: list[float] = []
+        self.params_weight_decay: list[float] = []
+        self._has_params_lr: list[bool] = []
+        self._has_params_decay: list[bool] = []
+        blob_name_to_idx: dict[str, int] = {}
+        available: dict[str, None] = {}  # insertion-ordered set
+        memory_used = 0
+        for layer_id, layer_param in enumerate(param.layer):
+            if not layer_param.HasField("phase"):
+                layer_param.phase = param.state.phase
+            if layer_param.propagate_down and len(layer_param.propagate_down) != len(
+                layer_param.bottom
+            ):
+                raise NetError(
+                    f"Layer '{layer_param.name}': propagate_down must be specified either 0 or "
+                    f"bottom_size times ({len(layer_param.propagate_down)} given, "
+                    f"{len(layer_param.bottom)} bottoms)"
+                )
+            layer = create_layer(layer_param, self.device)
+            self.layers.append(layer)
+            self._layer_names.append(layer_param.name)
+            if root_solver():
+                _log.info("Creating Layer %s", layer_param.name)
+            need_backward = False
+            self._bottom_vecs.append([])
+            self._top_vecs.append([])
+            self._bottom_id_vecs.append([])
+            self._top_id_vecs.append([])
+            self._bottom_need_backward.append([])
+            for bottom_id in range(len(layer_param.bottom)):
+                blob_id = self._append_bottom(layer_param, layer_id, bottom_id, available,
+                                              blob_name_to_idx)  # fmt: skip
+                need_backward |= self._blob_need_backward[blob_id]
+            for top_id in range(len(layer_param.top)):
+                self._append_top(layer_param, layer_id, top_id, available, blob_name_to_idx)
+            if layer.auto_top_blobs:
+                needed = max(layer.min_top, layer.exact_num_top)
+                for top_id in range(len(layer_param.top), needed):
+                    self._append_top(layer_param, layer_id, top_id, None, None)
+            if root_solver():
+                _log.info("Setting up %s", layer_param.name)
+            layer.run_setup(self._bottom_vecs[layer_id], self._top_vecs[layer_id])
+            for top_id, blob_id in enumerate(self._top_id_vecs[layer_id]):
+                top = self._blobs[blob_id]
+                self._blob_loss_weights[blob_id] = layer.loss(top_id)
+                if root_solver():
+                    _log.info("Top shape: %s", top.shape_string())
+                    if layer.loss(top_id):
+                        _log.info("    with loss weight %g", layer.loss(top_id))
+                memory_used += top.count
+            if root_solver():
+                _log.info("Memory required for data: %d", memory_used * 4)
+            num_param_blobs = len(layer.blobs)
+            if len(layer_param.param) > num_param_blobs:
+                raise NetError(
+                    f"Too many params specified for layer {layer_param.name} "
+                    f"({len(layer_param.param)} param entries, {num_param_blobs} blobs)"
+                )
+            layer.param_propagate_down = []
+            for param_id in range(num_param_blobs):
+                spec = self._param_spec(layer_param, param_id)
+                layer.param_propagate_down.append(spec.lr_mult != 0)
+                need_backward |= spec.lr_mult != 0
+            for param_id in range(num_param_blobs):
+                self._append_param(layer_id, param_id)
+            self._layer_need_backward.append(need_backward)
+            if need_backward:
+                for blob_id in self._top_id_vecs[layer_id]:
+                    self._blob_need_backward[blob_id] = True
+        self._prune_backward(param)
+        self._outputs = [blob_name_to_idx[name] for name in sorted(available)]
+        self._blob_name_to_idx = blob_name_to_idx
+        self._layer_name_to_idx = {name: i for i, name in enumerate(self._layer_names)}
+        for i, layer in enumerate(self.layers):
+            layer.need_backward = self._layer_need_backward[i]
+            layer.bottom_need_backward = list(self._bottom_need_backward[i])
+        self._allocate_param_buffers()
+        self.debug_info = param.debug_info
+        if root_solver():
+            for blob_id in self._outputs:
+                _log.info("This network produces output %s", self._blob_names[blob_id])
+            _log.info("Network initialization done.")
+
+    def _append_top(self, layer_param, layer_id, top_id, available, name_to_idx) -> None:
+        has_name = top_id < len(layer_param.top)
+        blob_name = layer_param.top[top_id] if has_name else "(automatic)"
+        if (
+            name_to_idx is not None
+            and top_id < len(layer_param.bottom)
+            and layer_param.bottom[top_id] == blob_name
+        ):
+            # In-place: the top is the bottom blob at the same index.
+            if root_solver():
+                _log.info("%s -> %s (in-place)", layer_param.name, blob_name)
+            blob_id = name_to_idx[blob_name]
+        elif name_to_idx is not None and blob_name in name_to_idx:
+            raise NetError(
+                f"Top blob '{blob_name}' produced by multiple sources (layer '{layer_param.name}')"
+            )
+        else:
+            if root_solver():
+                _log.info("%s -> %s", layer_param.name, blob_name)
+            blob_id = len(self._blobs)
+            self._blobs.append(Blob(device=self.device))
+            self._blob_names.append(blob_name)
+            self._blob_need_backward.append(False)
+            self._blob_loss_weights.append(0.0)
+            if name_to_idx is not None:
+                name_to_idx[blob_name] = blob_id
+            if layer_param.type == "Input":
+                self._inputs.append(blob_id)
+        self._top_id_vecs[layer_id].append(blob_id)
+        self._top_vecs[layer_id].append(self._blobs[blob_id])
+        if available is not None:
+            available[blob_name] = None
+
+    def _append_bottom(self, layer_param, layer_id, bottom_id, available, name_to_idx) -> int:
+        blob_name = layer_param.bottom[bottom_id]
+        if blob_name not in available:
+            raise NetError(
+                f"Unknown bottom blob '{blob_name}' (layer '{layer_param.name}', "
+                f"bottom index {bottom_id})"
+            )
+        blob_id = name_to_idx[blob_name]
+        if root_solver():
+            _log.info("%s <- %s", layer_param.name, blob_name)
+        self._bottom_vecs[layer_id].append(self._blobs[blob_id])
+        self._bottom_id_vecs[layer_id].append(blob_id)
+        del available[blob_name]
+        need = self._blob_need_backward[blob_id]
+        if layer_param.propagate_down:
+            need = layer_param.propagate_down[bottom_id]
+        self._bottom_need_backward[layer_id].append(need)
+        return blob_id
+
+    @staticmethod
+    def _param_spec(layer_param: caffe_pb2.LayerParameter, param_id: int) -> caffe_pb2.ParamSpec:
+        if param_id < len(layer_param.param):
+            return layer_param.param[param_id]
+        return caffe_pb2.ParamSpec()
+
+    def _append_param(self, layer_id: int, param_id: int) -> None:
+        layer_param = self.layers[layer_id].layer_param
+        spec = self._param_spec(layer_param, param_id)
+        blob = self.layers[layer_id].blobs[param_id]
+        net_param_id = len(self._params)
+        self._params.append(blob)
+        self._param_layer_indices.append((layer_id, param_id))
+        name = spec.name
+        self._param_display_names.append(name or str(param_id))
+        if not name or name not in self._param_names_index:
+            # An owner: a new learnable parameter.
+            if name:
+                self._param_names_index[name] = net_param_id
+            self._param_owners.append(-1)
+            self._learnable_param_ids.append(len(self.learnable_params))
+            self.learnable_params.append(blob)
+            self.params_lr.append(spec.lr_mult)
+            self.params_weight_decay.append(spec.decay_mult)
+            self._has_params_lr.append(spec.HasField("lr_mult"))
+            self._has_params_decay.append(spec.HasField("decay_mult"))
+            return
+        owner_id = self._param_names_index[name]
+        self._param_owners.append(owner_id)
+        owner_layer, owner_param = self._param_layer_indices[owner_id]
+        owner = self._params[owner_id]
+        if root_solver():
+            _log.info("Sharing parameters '%s' owned by layer '%s', param index %d", name,
+                      self._layer_names[owner_layer], owner_param)  # fmt: skip
+        where = f"Shared parameter blobs with name '{name}' (layer '{layer_param.name}')"
+        if spec.share_mode == caffe_pb2.ParamSpec.PERMISSIVE:
+            if owner.count != blob.count:
+                raise NetError(f"{where} cannot share: counts differ "
+                               f"({owner.shape_string()} vs {blob.shape_string()})")  # fmt: skip
+        elif owner.shape != blob.shape:
+            raise NetError(
+                f"{where} cannot share: shapes differ ({owner.shape_string()} vs "
+                f"{blob.shape_string()}); set share_mode: PERMISSIVE to allow equal counts"
+            )
+        learnable_id = self._learnable_param_ids[owner_id]
+        self._learnable_param_ids.append(learnable_id)
+        for has, values, field, value in (
+            (self._has_params_lr, self.params_lr, "lr_mult", spec.lr_mult),
+            (self._has_params_decay, self.params_weight_decay, "decay_mult", spec.decay_mult),
+        ):
+            if not spec.HasField(field):
+                continue
+            if has[learnable_id] and values[learnable_id] != value:
+                raise NetError(f"Shared param '{name}' has mismatched {field}")
+            has[learnable_id] = True
+            values[learnable_id] = value
+
+    def _prune_backward(self, param: caffe_pb2.NetParameter) -> None:
+        """Reverse pass: drop backward for layers that reach no loss (spec §2 step 6)."""
+        under_loss: set[str] = set()
+        skip_backprop: set[str] = set()
+        for layer_id in range(len(self.layers) - 1, -1, -1):
+            layer = self.layers[layer_id]
+            contributes = False
+            skip_propagate = True
+            for top_id, blob_id in enumerate(self._top_id_vecs[layer_id]):
+                blob_name = self._blob_names[blob_id]
+                if layer.loss(top_id) or blob_name in under_loss:
+                    contributes = True
+                if blob_name not in skip_backprop:
+                    skip_propagate = False
+                if contributes and not skip_propagate:
+                    break
+            if self._layer_need_backward[layer_id] and skip_propagate:
+                self._layer_need_backward[layer_id] = False
+                self._bottom_need_backward[layer_id] = [False] * len(
+                    self._bottom_need_backward[layer_id]
+                )
+            if not contributes:
+                self._layer_need_backward[layer_id] = False
+            if root_solver():
+                verdict = "needs" if self._layer_need_backward[layer_id] else "does not need"
+                _log.info("%s %s backward computation.", self._layer_names[layer_id], verdict)
+            for bottom_id, blob_id in enumerate(self._bottom_id_vecs[layer_id]):
+                blob_name = self._blob_names[blob_id]
+                if contributes:
+                    under_loss.add(blob_name)
+                else:
+                    self._bottom_need_backward[layer_id][bottom_id] = False
+                if not self._bottom_need_backward[layer_id][bottom_id]:
+                    skip_backprop.add(blob_name)
+        if param.force_backward:
+            for layer_id, layer in enumerate(self.layers):
+                self._layer_need_backward[layer_id] = True
+                needs = self._bottom_need_backward[layer_id]
+                for bottom_id, blob_id in enumerate(self._bottom_id_vecs[layer_id]):
+                    needs[bottom_id] = needs[bottom_id] or layer.allow_force_backward(bottom_id)
+                    self._blob_need_backward[blob_id] |= needs[bottom_id]
+                layer.param_propagate_down = [True] * len(layer.blobs)
+
+    def _allocate_param_buffers(self) -> None:
+        """Move every owned parameter into one flat data and one flat diff buffer."""
+        total = sum(b.count for b in self.learnable_params)
+        self.param_data = torch.empty(total, dtype=torch.float32, device=self.device)
+        self.param_diff = torch.zeros(total, dtype=torch.float32, device=self.device)
+        self.layer_param_range: list[tuple[int, int]] = []
+        offset = 0
+        learnable = {id(b) for b in self.learnable_params}
+        for layer in self.layers:
+            start = offset
+            for blob in layer.blobs:
+                if id(blob) not in learnable:
+                    continue
+                count = blob.count
+                data_view = self.param_data[offset : offset + count]
+                data_view.copy_(blob.data_tensor.reshape(-1))
+                blob.bind_storage(data_view, self.param_diff[offset : offset + count])
+                offset += count
+            self.layer_param_range.append((start, offset))
+        for net_id, owner_id in enumerate(self._param_owners):
+            if owner_id >= 0:
+                self._params[net_id].share_data(self._params[owner_id])
+                self._params[net_id].share_diff(self._params[owner_id])
+
+    # ----- running ----------------------------------------------------------------------
+    def forward_from_to(self, start: int, end: int) -> float:
+        """Run layers start..end inclusive; returns the summed weighted loss."""
+        if start < 0 or end >= len(self.layers) or start > end + 1:
+            raise IndexError(f"forward range {start}..{end} outside 0..{len(self.layers) - 1}")
+        loss = None
+        for i in range(start, end + 1):
+            for callback in self._before_forward:
+                callback(i)
+            layer_loss = self.layers[i].run_forward(self._bottom_vecs[i], self._top_vecs[i])
+            if layer_loss is not None:
+                loss = layer_loss if loss is None else loss + layer_loss
+            if self.debug_info:
+                self._forward_debug_info(i)
+            for callback in self._after_forward:
+                callback(i)
+        return float(loss) if loss is not None else 0.0
+
+    def backward_from_to(self, start: int, end: int) -> None:
+        """Run backward for layers start down to end (inclusive) that need it."""
+        if start >= len(self.layers) or end < 0:
+            raise IndexError(f"backward range {start}..{end} outside 0..{len(self.layers) - 1}")
+        for i in range(start, end - 1, -1):
+            for callback in self._before_backward:
+                callback(i)
+            if self._layer_need_backward[i]:
+                self.layers[i].run_backward(
+                    self._top_vecs[i], self._bottom_need_backward[i], self._bottom_vecs[i]
+                )
+                if self.debug_info:
+                    self._backward_debug_info(i)
+            for callback in self._after_backward:
+                callback(i)
+
+    def forward_prefilled(self) -> float:
+        return self.forward_from_to(0, len(self.layers) - 1)
+
+    def backward_all(self) -> None:
+        if self.layers:
+            self.backward_from_to(len(self.layers) - 1, 0)
+
+    def forward_backward(self) -> float:
+        loss = self.forward_prefilled()
+        self.backward_all()
+        return loss
+
+    def reshape(self) -> None:
+        for i, layer in enumerate(self.layers):
+            layer.reshape(self._bottom_vecs[i], self._top_vecs[i])
+
+    def clear_param_diffs(self) -> None:
+        self.param_diff.zero_()
+
+    def update(self) -> None:
+        """data -= diff for every learnable parameter (Caffe's Net::Update)."""
+        self.param_data.sub_(self.param_diff)
+
+    # ----- callbacks ----------------------------------------------------------------------
+    def before_forward(self, callback: LayerCallback) -> None:
+        self._before_forward.append(callback)
+
+    def after_forward(self, callback: LayerCallback) -> None:
+        self._after_forward.append(callback)
+
+    def before_backward(self, callback: LayerCallback) -> None:
+        self._before_backward.append(callback)
+
+    def after_backward(self, callback: LayerCallback) -> None:
+        self._after_backward.append(callback)
+
+    # ----- introspection --------------------------------------------------------------
+    def has_blob(self, name: str) -> bool:
+        return name in self._blob_name_to_idx
+
+    def blob_by_name(self, name: str) -> Blob:
+        if name not in self._blob_name_to_idx:
+            raise KeyError(f"Unknown blob name {name} in net '{self.name}'")
+        return self._blobs[self._blob_name_to_idx[name]]
+
+    def has_layer(self, name: str) -> bool:
+        return name in self._layer_name_to_idx
+
+    def layer_by_name(self, name: str) -> Layer:
+        if name not in self._layer_name_to_idx:
+            raise KeyError(f"Unknown layer name {name} in net '{self.name}'")
+        return self.layers[self._layer_name_to_idx[name]]
+
+    def layer_index(self, name: str) -> int:
+        return self._layer_name_to_idx[name]
+
+    @property
+    def layer_need_backward(self) -> list[bool]:
+        return list(self._layer_need_backward)
+
+    def _forward_debug_info(self, i: int) -> None:
+        for blob_id, blob in zip(self._top_id_vecs[i], self._top_vecs[i]):
+            value = blob.data_tensor.abs().mean().item() if blob.count else 0.0
+            _log.info("    [Forward] Layer %s, top blob %s data: %g", self._layer_names[i],
+                      self._blob_names[blob_id], value)  # fmt: skip
+        for param_id, blob in enumerate(self.layers[i].blobs):
+            value = blob.data_tensor.abs().mean().item() if blob.count else 0.0
+            _log.info("    [Forward] Layer %s, param blob %d data: %g", self._layer_names[i],
+                      param_id, value)  # fmt: skip
+
+    def _backward_debug_info(self, i: int) -> None:
+        for bottom_id, blob in enumerate(self._bottom_vecs[i]):
+            if not self._bottom_need_backward[i][bottom_id]:
+                continue
+            value = blob.diff_tensor.abs().mean().item() if blob.count else 0.0
+            _log.info("    [Backward] Layer %s, bottom blob %s diff: %g", self._layer_names[i],
+                      self._blob_names[self._bottom_id_vecs[i][bottom_id]], value)  # fmt: skip
+        for param_id, blob in enumerate(self.layers[i].blobs):
+            value = blob.diff_tensor.abs().mean().item() if blob.count else 0.0
+            _log.info("    [Backward] Layer %s, param blob %d diff: %g", self._layer_names[i],
+                      param_id, value)  # fmt: skip
