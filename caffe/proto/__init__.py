@@ -1,1 +1,1 @@
-"""BVLC Caffe's protobuf schema; `caffe_pb2` is generated from caffe.proto at build time."""
+"""Caffe's protobuf schema; `caffe_pb2` is generated at build time from caffe.proto."""
