@@ -69,7 +69,8 @@ class BlobArray:
     ) -> BlobArray:
         """Wrap an N-D array (and optional diff of the same size) as a blob of its shape."""
         array = np.asarray(data)
-        return cls(tuple(int(d) for d in array.shape), array.reshape(-1), diff, legacy)
+        flat_diff = None if diff is None else np.asarray(diff).reshape(-1)
+        return cls(tuple(int(d) for d in array.shape), array.reshape(-1), flat_diff, legacy)
 
 
 def shape_equals(blob: BlobArray, target_shape: Sequence[int]) -> bool:

@@ -100,7 +100,7 @@ def read_caffemodel(path: str) -> WeightsFile:
         if field_number == _NET_LAYER:
             layer = net.layer[v2_index]
             v2_index += 1
-            layers.append(LayerWeights(layer.name, layer.type, blobs))
+            layers.append(LayerWeights(_text(layer.name), _text(layer.type), blobs))
         else:
             v1 = net.layers[v1_index]
             v1_index += 1
@@ -235,10 +235,17 @@ def _parse_into(message, data: bytes, offset: int, what: str) -> None:  # type: 
 
 def _v1_name_and_type(v1: caffe_pb2.V1LayerParameter) -> tuple[str, str]:
     if v1.HasField("layer"):  # V0: everything lives in the nested layer
-        v0_type = v1.layer.type
+        v0_type = _text(v1.layer.type)
         v1_type = V0_TYPE_TO_V1.get(v0_type)
-        return v1.layer.name, V1_TYPE_TO_V2[v1_type] if v1_type is not None else v0_type
-    return v1.name, V1_TYPE_TO_V2.get(v1.type, "")
+        name = _text(v1.layer.name)
+        return name, V1_TYPE_TO_V2[v1_type] if v1_type is not None else v0_type
+    return _text(v1.name), V1_TYPE_TO_V2.get(v1.type, "")
+
+
+def _text(value: str | bytes) -> str:
+    """Protobuf hands back bytes for a proto2 string that is not UTF-8; Caffe accepts those,
+    so keep them as an escaped str (it will simply match no layer name)."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
 # --------------------------------------------------------------------------- writing
