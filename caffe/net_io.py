@@ -57,7 +57,9 @@ class NetWeightsMixin:
              for b in layer.blobs]
             for layer in self.layers
         ]  # fmt: skip
-        write_caffemodel(str(filename), self.name, self.layer_params_for_saving(), blobs)
+        header = caffe_pb2.NetParameter(name=self.name)
+        header.layer.extend(self.layer_params_for_saving())
+        write_caffemodel(str(filename), header, blobs, write_diff=write_diff)
 
     def save_hdf5(self, filename: str, write_diff: bool = False) -> None:
         import h5py
