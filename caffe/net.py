@@ -47,6 +47,7 @@ class Net(PycaffeNetMixin, NetWeightsMixin):
         self._after_forward: list[LayerCallback] = []
         self._before_backward: list[LayerCallback] = []
         self._after_backward: list[LayerCallback] = []
+        self.clear_param_diffs_hook: Callable[[], None] | None = None
         self._init(param)
         for path in weights:
             self.copy_from(path)
@@ -389,6 +390,15 @@ class Net(PycaffeNetMixin, NetWeightsMixin):
             layer.reshape(self._bottom_vecs[i], self._top_vecs[i])
 
     def clear_param_diffs(self) -> None:
+        """Zero every learnable diff (Caffe's ClearParamDiffs).
+
+        A distributed syncer that still owes some layers their update (their diff range
+        holds a received gradient sum) installs `clear_param_diffs_hook` to zero only the
+        other layers; it zeroes the rest itself once their deferred update is applied.
+        """
+        if self.clear_param_diffs_hook is not None:
+            self.clear_param_diffs_hook()
+            return
         self.param_diff.zero_()
 
     def update(self) -> None:

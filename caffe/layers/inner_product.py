@@ -7,6 +7,7 @@ GEMM is the one that sufficient-factor broadcasting replaces, so it must be sepa
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -18,6 +19,11 @@ from caffe.layer import Layer, register_layer
 class InnerProductLayer(Layer):
     exact_num_bottom = 1
     exact_num_top = 1
+
+    # Set by caffe/parallel.py when this layer is synchronised by sufficient factors:
+    # called with (top diff M×N, bottom data M×K) instead of computing the weight and
+    # bias gradients here; every worker rebuilds them from all workers' factors.
+    sufficient_factor_sink: Callable[[torch.Tensor, torch.Tensor], None] | None = None
 
     def setup(self, bottom, top):
         p = self.layer_param.inner_product_param
@@ -62,10 +68,13 @@ class InnerProductLayer(Layer):
     def backward(self, top, propagate_down, bottom):
         dy = top[0].diff_tensor.reshape(self.M, self.num_output)
         x = bottom[0].data_tensor.reshape(self.M, self.K)
-        if self.param_propagate_down[0]:
-            self.accumulate_weight_gradient(dy, x)
-        if self.bias_term and self.param_propagate_down[1]:
-            self.blobs[1].diff_tensor.add_(dy.sum(dim=0))
+        if self.sufficient_factor_sink is not None:
+            self.sufficient_factor_sink(dy, x)
+        else:
+            if self.param_propagate_down[0]:
+                self.accumulate_weight_gradient(dy, x)
+            if self.bias_term and self.param_propagate_down[1]:
+                self.blobs[1].diff_tensor.add_(dy.sum(dim=0))
         if propagate_down[0]:
             w = self.blobs[0].data_tensor
             dx = dy @ (w.t() if self.transpose else w)
