@@ -20,6 +20,7 @@ _log = logging.getLogger("caffe")
 class _EngineState:
     def __init__(self) -> None:
         self.mode = "CPU"
+        self.mode_chosen = False  # set_mode_cpu/gpu called: a solver's solver_mode yields to it
         self.device_id = 0
         self.random_seed: int | None = None
         self.solver_count = 1
@@ -34,10 +35,17 @@ _state = _EngineState()
 
 def set_mode_cpu() -> None:
     _state.mode = "CPU"
+    _state.mode_chosen = True
 
 
 def set_mode_gpu() -> None:
     _state.mode = "GPU"
+    _state.mode_chosen = True
+
+
+def mode_chosen() -> bool:
+    """Whether set_mode_cpu()/set_mode_gpu() was called (the CLI or the user chose a mode)."""
+    return _state.mode_chosen
 
 
 def mode() -> str:
