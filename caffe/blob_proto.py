@@ -21,6 +21,8 @@ from caffe.wire import (
     FIXED64,
     LEN,
     VARINT,
+    Buffer,
+    Field,
     WireError,
     as_int32,
     as_int64,
@@ -47,7 +49,8 @@ class BlobArray:
 
     `legacy` is True when the shape came from (or is to be written as) the deprecated
     num/channels/height/width fields; such blobs match target shapes by `shape_equals`'s
-    legacy rule. Arrays returned by the readers are read-only (often views of the file).
+    legacy rule. Readers return private writable arrays, or with copy=False read-only views of
+    the file.
     """
 
     shape: tuple[int, ...]
@@ -89,8 +92,12 @@ def shape_equals(blob: BlobArray, target_shape: Sequence[int]) -> bool:
 # --------------------------------------------------------------------------- decoding
 
 
-def decode_blob(buf, start: int, end: int) -> BlobArray:  # type: ignore[no-untyped-def]
-    """Decode the BlobProto occupying buf[start:end]. Raises WireError if it is malformed."""
+def decode_blob(buf: Buffer, start: int, end: int, copy: bool = True) -> BlobArray:
+    """Decode the BlobProto occupying buf[start:end]. Raises WireError if it is malformed.
+
+    With copy=False, packed arrays are read-only views of `buf` (which they keep alive);
+    otherwise every array is a private, writable, aligned float32 array.
+    """
     legacy: dict[int, int] = {}
     dims: list[int] = []
     parts: dict[int, list[np.ndarray]] = {_DATA: [], _DIFF: [], _DOUBLE_DATA: [], _DOUBLE_DIFF: []}
@@ -131,11 +138,11 @@ def decode_blob(buf, start: int, end: int) -> BlobArray:  # type: ignore[no-unty
     if any(d < 0 for d in shape):
         raise WireError(f"blob shape {shape} has a negative dimension", start)
     count = math.prod(shape)
-    data = _join(parts[_DOUBLE_DATA] or parts[_DATA])
+    data = _join(parts[_DOUBLE_DATA] or parts[_DATA], copy)
     if data.size != count:
         raise WireError(f"blob holds {data.size} values but its shape {shape} needs {count}", start)
     diff_parts = parts[_DOUBLE_DIFF] or parts[_DIFF]
-    diff = _join(diff_parts) if diff_parts else None
+    diff = _join(diff_parts, copy) if diff_parts else None
     if diff is not None and diff.size != count:
         raise WireError(
             f"blob diff holds {diff.size} values but its shape {shape} needs {count}", start
@@ -143,7 +150,7 @@ def decode_blob(buf, start: int, end: int) -> BlobArray:  # type: ignore[no-unty
     return BlobArray(shape, data, diff, bool(legacy))
 
 
-def _unpacked_run(buf, field, end: int, dtype: np.dtype) -> tuple[np.ndarray, int]:  # type: ignore[no-untyped-def]
+def _unpacked_run(buf: Buffer, field: Field, end: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
     """Read a run of unpacked values (tag, value, tag, value, ...) starting at `field`.
 
     A run of same-tag fixed-width records is read with one strided numpy view instead of
@@ -161,7 +168,7 @@ def _unpacked_run(buf, field, end: int, dtype: np.dtype) -> tuple[np.ndarray, in
     return values, field.tag_start + run * stride
 
 
-def _decode_shape(buf, start: int, end: int) -> list[int]:  # type: ignore[no-untyped-def]
+def _decode_shape(buf: Buffer, start: int, end: int) -> list[int]:
     dims: list[int] = []
     for field in iter_fields(buf, start, end):
         if field.number != 1:
@@ -176,8 +183,8 @@ def _decode_shape(buf, start: int, end: int) -> list[int]:  # type: ignore[no-un
     return dims
 
 
-def _join(parts: list[np.ndarray]) -> np.ndarray:
-    """One read-only float32 array from the pieces of a repeated field."""
+def _join(parts: list[np.ndarray], copy: bool) -> np.ndarray:
+    """One float32 array from the pieces of a repeated field: owned, or a read-only view."""
     if not parts:
         array = np.empty(0, _FLOAT32)
     elif len(parts) == 1:
@@ -186,7 +193,11 @@ def _join(parts: list[np.ndarray]) -> np.ndarray:
         array = np.concatenate(parts)
     if array.dtype != _FLOAT32:
         array = array.astype(_FLOAT32)
-    array.flags.writeable = False
+    if copy:
+        if not array.flags.owndata:
+            array = array.copy()
+    else:
+        array.flags.writeable = False
     return array
 
 

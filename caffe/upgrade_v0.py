@@ -15,11 +15,15 @@ a nested V0LayerParameter `layer` holding everything else in flat fields with st
 from __future__ import annotations
 
 import logging
+from typing import TypeVar
+
+from google.protobuf.message import Message
 
 from caffe.errors import PrototxtError
 from caffe.proto import caffe_pb2
 
 log = logging.getLogger("caffe")
+M = TypeVar("M", bound=Message)
 
 _V1 = caffe_pb2.V1LayerParameter
 
@@ -171,7 +175,7 @@ def _fold_padding_layers(param: caffe_pb2.NetParameter, source: str) -> None:
         param.layers.add().CopyFrom(connection)
 
 
-def _copy(message):  # type: ignore[no-untyped-def]
+def _copy(message: M) -> M:
     clone = type(message)()
     clone.CopyFrom(message)
     return clone
@@ -217,7 +221,7 @@ def upgrade_v0_layer(
     return fully_compatible
 
 
-def _store(message, field_name: str, value) -> None:  # type: ignore[no-untyped-def]
+def _store(message: Message, field_name: str, value: object) -> None:
     """Put `value` into message.field_name, whatever kind of field that is."""
     if not field_name:
         message.CopyFrom(value)

@@ -11,8 +11,12 @@ deprecated proto2 feature that no Caffe file contains; they are reported as corr
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
+
+# Anything indexable by position that yields ints and supports the buffer protocol.
+Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 
 VARINT = 0
 FIXED64 = 1
@@ -46,7 +50,7 @@ class Field(NamedTuple):
     tag_start: int
 
 
-def read_varint(buf, pos: int, end: int) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+def read_varint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
     """Decode an unsigned varint at buf[pos:end]; return (value, position after it)."""
     result = 0
     shift = 0
@@ -64,7 +68,7 @@ def read_varint(buf, pos: int, end: int) -> tuple[int, int]:  # type: ignore[no-
             raise WireError("varint longer than 10 bytes", start)
 
 
-def read_field(buf, pos: int, end: int) -> Field:  # type: ignore[no-untyped-def]
+def read_field(buf: Buffer, pos: int, end: int) -> Field:
     """Decode the one field starting at buf[pos] inside a message ending at `end`."""
     tag_start = pos
     key, pos = read_varint(buf, pos, end)
@@ -90,7 +94,7 @@ def read_field(buf, pos: int, end: int) -> Field:  # type: ignore[no-untyped-def
     return Field(number, wire_type, pos, pos + size, 0, tag_start)
 
 
-def iter_fields(buf, start: int, end: int) -> Iterator[Field]:  # type: ignore[no-untyped-def]
+def iter_fields(buf: Buffer, start: int, end: int) -> Iterator[Field]:
     """Yield every field of the message occupying buf[start:end], in wire order."""
     pos = start
     while pos < end:

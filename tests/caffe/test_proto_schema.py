@@ -254,7 +254,7 @@ def _cases() -> list[tuple[str, list[str]]]:
     return cases
 
 
-def _expected_default(fd, text: str | None):  # type: ignore[no-untyped-def]
+def _expected_default(fd: FD, text: str | None) -> object:
     if fd.type == FD.TYPE_ENUM:
         return fd.enum_type.values_by_name[text].number if text else fd.enum_type.values[0].number
     if fd.type == FD.TYPE_BOOL:

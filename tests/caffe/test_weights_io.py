@@ -389,3 +389,22 @@ def test_is_hdf5(tmp_path) -> None:
     assert not is_hdf5(str(proto))
     with pytest.raises(WeightsError, match="Could not open file"):
         is_hdf5(str(tmp_path / "missing.h5"))
+
+
+def test_default_arrays_are_private_and_copy_false_gives_read_only_views(tmp_path) -> None:
+    net = text_format.Parse(NET_TEXT, pb.NetParameter())
+    path = str(tmp_path / "m.caffemodel")
+    write_caffemodel(path, net, _tiny_blobs(), write_diff=True)
+    owned = read_caffemodel(path).layers[1].blobs[0]
+    assert owned.data.flags.writeable and owned.data.flags.aligned and owned.data.flags.owndata
+    owned.data[0] = 42.0  # a private copy: the file is untouched
+    views = read_caffemodel(path, copy=False).layers[1].blobs[0]
+    assert not views.data.flags.writeable and not views.diff.flags.writeable
+    assert views.data[0] != 42.0
+    np.testing.assert_array_equal(views.data[1:], owned.data[1:])
+
+
+def test_non_utf8_layer_name_is_kept_escaped(tmp_path) -> None:
+    path = tmp_path / "odd.caffemodel"
+    path.write_bytes(encode_len_field(100, encode_len_field(1, b"conv\xff")))
+    assert read_caffemodel(str(path)).layers[0].name == "conv\\xff"
