@@ -2,8 +2,9 @@
 
 Reading walks the protobuf wire format by hand (caffe/wire.py): every layer is parsed by
 protobuf *without* its blobs, so names, types and parameters are real messages, while each
-blob's float arrays become numpy views of the memory-mapped file (caffe/blob_proto.py). A
-0.9 GB VGG19-22K model therefore reads in the time it takes to map it.
+blob's float arrays go from the memory-mapped file to numpy in one step (caffe/blob_proto.py),
+never through Python floats: a 0.9 GB VGG19-22K model reads in a quarter of a second
+(docs/benchmarks.md).
 
     read_caffemodel(path, copy=True) -> WeightsFile   .net_param (upgraded, blobs stripped)
                                                       .layers: list[LayerWeights], file order
@@ -99,6 +100,9 @@ def read_caffemodel(path: str, copy: bool = True) -> WeightsFile:
         net, raw_layers = _split_net(buf, copy)
     except WireError as e:
         raise _corrupt(path, e) from None
+    finally:
+        if copy:
+            _unmap(buf)
     layers = []
     v1_index = v2_index = 0
     for field_number, blobs in raw_layers:
@@ -113,7 +117,7 @@ def read_caffemodel(path: str, copy: bool = True) -> WeightsFile:
     try:
         upgrade_net_param(net, path)
     except CaffeError as e:
-        raise WeightsError(f"{path}: cannot upgrade the stored net: {e}") from None
+        raise WeightsError(str(e)) from None  # the upgrade's message already names the file
     return WeightsFile(net, layers)
 
 
@@ -132,6 +136,9 @@ def read_solverstate(path: str, copy: bool = True) -> tuple[caffe_pb2.SolverStat
         _parse_into(state, bytes(kept), 0, "the solver state")
     except WireError as e:
         raise _corrupt(path, e) from None
+    finally:
+        if copy:
+            _unmap(buf)
     return state, history
 
 
@@ -142,6 +149,9 @@ def read_blobproto(path: str, copy: bool = True) -> BlobArray:
         return decode_blob(buf, 0, len(buf), copy)
     except WireError as e:
         raise _corrupt(path, e) from None
+    finally:
+        if copy:
+            _unmap(buf)
 
 
 def is_hdf5(path: str) -> bool:
@@ -169,6 +179,13 @@ def _map_file(path: str) -> Buffer:
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as e:
         raise WeightsError(f"Could not open file {path}: {e.strerror}") from None
+
+
+def _unmap(buf: Buffer) -> None:
+    """Release the mapping now rather than at garbage collection, unless a view still uses it."""
+    if isinstance(buf, mmap.mmap):
+        with contextlib.suppress(BufferError):
+            buf.close()
 
 
 def _corrupt(path: str, error: WireError) -> WeightsError:
