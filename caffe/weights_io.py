@@ -189,6 +189,8 @@ def _unmap(buf: Buffer) -> None:
 
 
 def _corrupt(path: str, error: WireError) -> WeightsError:
+    if is_hdf5(path):  # a common mix-up: name the real problem, not a byte offset
+        return WeightsError(f"{path} is an HDF5 file, not a binary protobuf file")
     return WeightsError(f"{path}: truncated or corrupt file at byte offset {error.offset}: {error}")
 
 

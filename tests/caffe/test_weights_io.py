@@ -384,6 +384,8 @@ def test_is_hdf5(tmp_path) -> None:
     with h5py.File(with_userblock, "w", userblock_size=1024) as f:
         f.create_dataset("x", data=np.zeros(1))
     assert is_hdf5(str(with_userblock))
+    with pytest.raises(WeightsError, match=r"w\.caffemodel\.h5 is an HDF5 file"):
+        read_caffemodel(str(h5))
     proto = tmp_path / "w.caffemodel"
     proto.write_bytes(pb.NetParameter(name="n").SerializeToString())
     assert not is_hdf5(str(proto))
