@@ -42,7 +42,8 @@ class NetWeightsMixin:
             dst.CopyFrom(lp)
             for blob in layer.blobs:
                 bp = dst.blobs.add()
-                bp.shape.dim.extend(blob.shape)
+                if blob.shape:  # a 0-axis blob has no shape message at all, as in Caffe
+                    bp.shape.dim.extend(blob.shape)
                 bp.data.extend(blob.data.reshape(-1).tolist())
                 if write_diff:
                     bp.diff.extend(blob.diff.reshape(-1).tolist())
