@@ -1,0 +1,193 @@
+"""Data: batches of Datum records read from an LMDB (or LevelDB) database (spec §9.1-9.3).
+
+The database is walked in key order with one cursor, wrapping to the first key at the end
+("Restarting data prefetching from start."). Each record is a serialized Datum: uint8 `data`
+(C×H×W), `float_data`, or an encoded image (decoded with Pillow, BGR). transform_param is
+applied per batch; tops are data (N, C, H, W) float32 and, optionally, label (N) float32. The
+top shape comes from the first record (crop replaces H and W) and each batch takes the shape
+of its own first record. Loading runs on a prefetch thread (caffe/prefetch.py) that keeps
+`data_param.prefetch` batches ready.
+
+Backend choice: the schema's default backend is LEVELDB, so a prototxt that omits `backend`
+means LevelDB to Caffe. Nearly every database in use today is LMDB, so when `source` is an LMDB
+environment (it holds data.mdb) it is read as LMDB whatever `backend` says, with a warning; a
+real LevelDB needs the optional plyvel package (caffe/db.py says how to do without).
+
+Sharding (caffe/data_shard.py): in TRAIN with caffe.solver_count() = P > 1, this rank keeps
+the record at running offset k iff k % P == caffe.solver_rank(); `layer.shard` holds the rule.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+from google.protobuf.message import DecodeError
+
+from caffe.common import root_solver
+from caffe.data_shard import Shard, shard_for_phase
+from caffe.data_transformer import DataTransformer, datum_to_chw, seeded_generator
+from caffe.db import DBCursor, DBReader, is_lmdb_dir, open_db, resolve_backend
+from caffe.errors import CaffeError
+from caffe.layer import register_layer
+from caffe.prefetch import BatchLoader, PrefetchingDataLayer, layer_label
+from caffe.proto import caffe_pb2
+
+_log = logging.getLogger("caffe")
+_DEPRECATED_FIELDS = ("scale", "mean_file", "crop_size", "mirror")
+
+
+class DatumLoader(BatchLoader):
+    """Reads batches of Datums with a wrapping, sharded cursor (runs on the prefetch thread)."""
+
+    def __init__(
+        self,
+        reader: DBReader,
+        batch_size: int,
+        transformer: DataTransformer,
+        shard: Shard,
+        with_labels: bool,
+        skip: int,
+        where: str,
+    ) -> None:
+        super().__init__(where)
+        self.reader = reader
+        self.batch_size = batch_size
+        self.transformer = transformer
+        self.shard = shard
+        self.with_labels = with_labels
+        self.skip = skip  # records skipped once at the start (rand_skip)
+        self.offset = 0  # running count of records passed, across wrap-arounds
+        self._cursor: DBCursor | None = None  # opened on the prefetch thread
+
+    def _open_cursor(self) -> DBCursor:
+        cursor = self.reader.cursor()
+        if not cursor.valid:
+            raise self.error(f"database {self.reader.path} is empty")
+        for _ in range(self.skip):
+            self._step(cursor)
+        return cursor
+
+    def _step(self, cursor: DBCursor) -> None:
+        cursor.next()
+        if not cursor.valid:
+            if root_solver():
+                _log.info("Restarting data prefetching from start.")
+            cursor.seek_to_first()
+
+    def next_record(self) -> tuple[bytes, bytes]:
+        """(key, value) of the next record this shard keeps."""
+        if self._cursor is None:
+            self._cursor = self._open_cursor()
+        cursor = self._cursor
+        while not self.shard.keeps(self.offset):
+            self._step(cursor)
+            self.offset += 1
+        record = cursor.key(), cursor.value()
+        self._step(cursor)
+        self.offset += 1
+        return record
+
+    def decode(self, key: bytes, value: bytes) -> tuple[np.ndarray, int]:
+        where = f"{self.where}: record {key.decode(errors='replace')!r} of {self.reader.path}"
+        try:
+            datum = caffe_pb2.Datum.FromString(value)
+        except DecodeError:
+            raise CaffeError(f"{where} is not a serialized Datum") from None
+        array = datum_to_chw(datum, self.transformer.force_color, self.transformer.force_gray,
+                             where=where)  # fmt: skip
+        return array, datum.label
+
+    def load_batch(self) -> list[torch.Tensor]:
+        arrays, labels = [], []
+        for _ in range(self.batch_size):
+            key, value = self.next_record()
+            array, label = self.decode(key, value)
+            if arrays and array.shape != arrays[0].shape:
+                raise self.error(
+                    f"record {key.decode(errors='replace')!r} has shape {array.shape} but the "
+                    f"batch started with {arrays[0].shape}; items of a batch must match"
+                )
+            arrays.append(array)
+            labels.append(label)
+        batch = [self.transformer.transform(torch.from_numpy(np.stack(arrays)))]
+        if self.with_labels:
+            batch.append(torch.tensor(labels, dtype=torch.float32))
+        return batch
+
+    def first_item_shape(self) -> tuple[int, ...]:
+        """Shape of the database's first record (read with a cursor of its own)."""
+        cursor = self.reader.cursor()
+        try:
+            if not cursor.valid:
+                raise self.error(f"database {self.reader.path} is empty")
+            return self.decode(cursor.key(), cursor.value())[0].shape
+        finally:
+            cursor.close()
+
+    def close(self) -> None:
+        if self._cursor is not None:
+            self._cursor.close()
+            self._cursor = None
+        self.reader.close()
+
+
+@register_layer("Data")
+class DataLayer(PrefetchingDataLayer):
+    min_top = 1
+    max_top = 2
+
+    def make_loader(self, top):
+        param = self.layer_param.data_param
+        if param.batch_size <= 0:
+            raise self.error("data_param.batch_size must be positive")
+        if not param.source:
+            raise self.error("data_param.source is not set")
+        for name in _DEPRECATED_FIELDS:
+            if param.HasField(name):
+                _log.warning("%s: data_param.%s is deprecated and ignored; use transform_param",
+                             layer_label(self), name)  # fmt: skip
+        generator = seeded_generator()
+        transformer = DataTransformer(self.layer_param.transform_param, self.phase, generator,
+                                      where=layer_label(self))  # fmt: skip
+        skip = 0
+        if param.rand_skip:
+            skip = int(torch.randint(0, param.rand_skip, (1,), generator=generator))
+            _log.info("Skipping first %d data points.", skip)
+        self.shard = shard_for_phase(self.phase)
+        loader = DatumLoader(
+            self._open_source(param),
+            param.batch_size,
+            transformer,
+            self.shard,
+            with_labels=len(top) > 1,
+            skip=skip,
+            where=layer_label(self),
+        )
+        try:
+            item_shape = loader.first_item_shape()
+        except CaffeError:
+            loader.close()
+            raise
+        channels, height, width = transformer.output_shape(*item_shape)
+        top[0].reshape(param.batch_size, channels, height, width)
+        if len(top) > 1:
+            top[1].reshape(param.batch_size)
+        if root_solver():
+            _log.info("output data size: %d,%d,%d,%d", param.batch_size, channels, height, width)
+        return loader
+
+    def _open_source(self, param: caffe_pb2.DataParameter) -> DBReader:
+        backend = resolve_backend(param.backend)
+        if backend == "leveldb" and is_lmdb_dir(param.source):
+            _log.warning(
+                "%s: data_param.backend is LEVELDB (the default when unset) but %s is an LMDB "
+                "database; reading it as LMDB. Set `backend: LMDB` to silence this warning.",
+                layer_label(self), param.source,
+            )  # fmt: skip
+            backend = "lmdb"
+        try:
+            return open_db(param.source, backend)
+        except CaffeError as e:
+            raise self.error(f"cannot open data_param.source '{param.source}': {e}") from None

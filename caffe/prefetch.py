@@ -1,0 +1,166 @@
+"""Batches loaded on a background thread (Caffe's BasePrefetchingDataLayer and InternalThread).
+
+A `BatchLoader` knows how to produce one batch (a list of CPU tensors, one per top); a
+`Prefetcher` runs it on a daemon thread that keeps a queue of up to `prefetch` ready batches;
+`PrefetchingDataLayer` is the layer base that starts one at setup and, at every forward, takes
+the next batch, reshapes its tops to it and publishes it on the layer's device. On CUDA the
+thread pins each batch, so the copy to the device is a non-blocking DMA that overlaps compute.
+
+Note [prefetch thread lifetime]: the thread must never keep a net alive nor outlive it, and
+must never hang a test or the process at exit. So the thread holds only the loader, the queue
+and a stop event - never the layer or the Prefetcher. When the Prefetcher is garbage-collected
+(its layer and net gone) or closed, or the interpreter exits, a `weakref.finalize` sets the stop
+event; the thread notices within _STOP_POLL_S (it waits on the full queue with that timeout) and
+exits after at most the batch it is loading. The thread is a daemon as a last resort.
+
+Note [errors on the thread]: an exception raised by the loader is queued in place of a batch
+and re-raised by the next `next_batch()` on the net's thread, so a corrupt record surfaces in
+`forward` with the layer's name instead of dying silently in the background.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import weakref
+from collections.abc import Sequence
+
+import torch
+
+from caffe.blob import Blob
+from caffe.errors import CaffeError, LayerError
+from caffe.layer import Layer
+
+_STOP_POLL_S = 0.1
+_JOIN_TIMEOUT_S = 5.0
+
+
+class BatchLoader:
+    """Produces batches on the prefetch thread. Must hold no reference to its layer."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where  # "Layer 'data' (type Data)", for error messages
+
+    def error(self, message: str) -> LayerError:
+        return LayerError(f"{self.where}: {message}")
+
+    def load_batch(self) -> list[torch.Tensor]:
+        """The next batch: one CPU tensor per top."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release files and cursors; called on the prefetch thread when it ends."""
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _put(batches: queue.Queue, item: object, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            batches.put(item, timeout=_STOP_POLL_S)
+            return
+        except queue.Full:
+            continue
+
+
+def _prefetch_loop(
+    loader: BatchLoader, batches: queue.Queue, stop: threading.Event, pin_memory: bool
+) -> None:
+    try:
+        while not stop.is_set():
+            batch = loader.load_batch()
+            if pin_memory:
+                batch = [tensor.pin_memory() for tensor in batch]
+            _put(batches, batch, stop)
+    except Exception as e:  # see Note [errors on the thread]
+        _put(batches, _Failure(e), stop)
+    finally:
+        loader.close()
+
+
+def _shutdown(stop: threading.Event, thread: threading.Thread) -> None:
+    stop.set()
+    if thread is not threading.current_thread() and thread.is_alive():
+        thread.join(timeout=_JOIN_TIMEOUT_S)
+
+
+class Prefetcher:
+    """Runs `loader.load_batch` on a daemon thread, keeping up to `depth` batches ready."""
+
+    def __init__(self, loader: BatchLoader, depth: int, pin_memory: bool, name: str) -> None:
+        self.where = loader.where
+        self._batches: queue.Queue = queue.Queue(maxsize=max(1, int(depth)))
+        self._stop = threading.Event()
+        self._failure: BaseException | None = None
+        self.thread = threading.Thread(
+            target=_prefetch_loop,
+            args=(loader, self._batches, self._stop, pin_memory),
+            name=name,
+            daemon=True,
+        )
+        self.thread.start()
+        self._finalizer = weakref.finalize(self, _shutdown, self._stop, self.thread)
+
+    def next_batch(self) -> list[torch.Tensor]:
+        """The next batch in load order; blocks until the thread has produced it."""
+        while self._failure is None:
+            try:
+                item = self._batches.get(timeout=_STOP_POLL_S)
+            except queue.Empty:
+                if self._stop.is_set() or not self.thread.is_alive():
+                    raise LayerError(f"{self.where}: the prefetch thread has stopped") from None
+                continue
+            if isinstance(item, _Failure):
+                self._failure = item.error
+                break
+            return item
+        if isinstance(self._failure, CaffeError):
+            raise self._failure
+        raise LayerError(f"{self.where}: loading a batch failed: {self._failure!r}") from (
+            self._failure
+        )
+
+    def close(self) -> None:
+        """Stop the thread and wait for it (at most a few seconds); idempotent."""
+        self._finalizer()
+
+
+class PrefetchingDataLayer(Layer):
+    """Base of data layers fed by a Prefetcher; subclasses write `make_loader(top)`."""
+
+    exact_num_bottom = 0
+    prefetcher: Prefetcher | None = None
+
+    def make_loader(self, top: Sequence[Blob]) -> BatchLoader:
+        """Open the source, reshape the tops to the first batch, return the batch loader."""
+        raise NotImplementedError(f"{type(self).__name__}.make_loader")
+
+    def setup(self, bottom: Sequence[Blob], top: Sequence[Blob]) -> None:
+        loader = self.make_loader(top)
+        depth = self.layer_param.data_param.prefetch  # 4 unless set (also for ImageData)
+        self.prefetcher = Prefetcher(loader, depth, pin_memory=self.device.type == "cuda",
+                                     name=f"prefetch:{self.name}")  # fmt: skip
+
+    def reshape(self, bottom: Sequence[Blob], top: Sequence[Blob]) -> None:
+        """Tops take each batch's shape in forward."""
+
+    def forward(self, bottom: Sequence[Blob], top: Sequence[Blob]) -> None:
+        if self.prefetcher is None:
+            raise self.error("forward before setup")
+        batch = self.prefetcher.next_batch()
+        for blob, tensor in zip(top, batch):
+            blob.reshape(tensor.shape)
+            blob.set_data(tensor.to(self.device, non_blocking=True))
+
+    def close(self) -> None:
+        """Stop the prefetch thread now (it also stops when the layer is garbage-collected)."""
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+
+
+def layer_label(layer: Layer) -> str:
+    """How errors name a layer: "Layer 'data' (type Data)"."""
+    return f"Layer '{layer.name}' (type {layer.type})"
