@@ -70,24 +70,28 @@ class DataTransformer:
             raise self._error(f"cannot read mean_file: {e}") from None
         shape = tuple(blob.shape)
         if len(shape) < 3 or int(np.prod(shape[:-3])) != 1:
-            raise self._error(f"mean_file {path} holds a blob of shape {shape}; "
-                              "expected 1×C×H×W or C×H×W")  # fmt: skip
+            raise self._error(
+                f"mean_file {path} holds a blob of shape {shape}; expected 1×C×H×W or C×H×W"
+            )
         return torch.from_numpy(np.array(blob.data, dtype=np.float32).reshape(shape[-3:]))
 
     # ----- shapes ----------------------------------------------------------------------
     def output_shape(self, channels: int, height: int, width: int) -> tuple[int, int, int]:
         """The C×H×W of a transformed item; checks crop and mean against the input shape."""
         if self.crop_size and (height < self.crop_size or width < self.crop_size):
-            raise self._error(f"crop_size {self.crop_size} is larger than the input "
-                              f"{height}×{width}")  # fmt: skip
+            raise self._error(
+                f"crop_size {self.crop_size} is larger than the input {height}×{width}"
+            )
         if self.mean is not None and tuple(self.mean.shape) != (channels, height, width):
             raise self._error(
                 f"the mean_file blob is {tuple(self.mean.shape)} but the data is "
                 f"{(channels, height, width)} (the mean must match the uncropped C,H,W)"
             )
         if self.mean_values is not None and len(self.mean_values) not in (1, channels):
-            raise self._error(f"Specify either 1 mean_value or as many as channels: "
-                              f"{len(self.mean_values)} given for {channels} channels")  # fmt: skip
+            raise self._error(
+                f"Specify either 1 mean_value or as many as channels: "
+                f"{len(self.mean_values)} given for {channels} channels"
+            )
         if self.crop_size:
             return channels, self.crop_size, self.crop_size
         return channels, height, width

@@ -334,8 +334,9 @@ class LmdbWriter(DBWriter):
         super().__init__()
         self.path = path
         try:
-            self._env = lmdb.open(path, map_size=_LMDB_INITIAL_MAP_BYTES, subdir=True,
-                                  meminit=False, max_dbs=0)  # fmt: skip
+            self._env = lmdb.open(
+                path, map_size=_LMDB_INITIAL_MAP_BYTES, subdir=True, meminit=False, max_dbs=0
+            )
         except lmdb.Error as e:
             raise CaffeError(f"{path}: cannot create LMDB database: {e}") from None
 

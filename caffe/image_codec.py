@@ -20,8 +20,17 @@ import numpy as np
 
 from caffe.errors import CaffeError
 
-_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "bmp": "BMP", "tif": "TIFF",
-            "tiff": "TIFF", "ppm": "PPM", "pgm": "PPM", "webp": "WEBP"}  # fmt: skip
+_FORMATS = {
+    "jpg": "JPEG",
+    "jpeg": "JPEG",
+    "png": "PNG",
+    "bmp": "BMP",
+    "tif": "TIFF",
+    "tiff": "TIFF",
+    "ppm": "PPM",
+    "pgm": "PPM",
+    "webp": "WEBP",
+}
 _GREY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
 
 
@@ -30,8 +39,9 @@ def pillow(purpose: str):  # type: ignore[no-untyped-def]
     try:
         from PIL import Image
     except ImportError:
-        raise CaffeError(f"{purpose} needs the Pillow package to decode images "
-                         "(pip install Pillow)") from None  # fmt: skip
+        raise CaffeError(
+            f"{purpose} needs the Pillow package to decode images (pip install Pillow)"
+        ) from None
     return Image
 
 

@@ -141,8 +141,9 @@ class PrefetchingDataLayer(Layer):
     def setup(self, bottom: Sequence[Blob], top: Sequence[Blob]) -> None:
         loader = self.make_loader(top)
         depth = self.layer_param.data_param.prefetch  # 4 unless set (also for ImageData)
-        self.prefetcher = Prefetcher(loader, depth, pin_memory=self.device.type == "cuda",
-                                     name=f"prefetch:{self.name}")  # fmt: skip
+        self.prefetcher = Prefetcher(
+            loader, depth, pin_memory=self.device.type == "cuda", name=f"prefetch:{self.name}"
+        )
 
     def reshape(self, bottom: Sequence[Blob], top: Sequence[Blob]) -> None:
         """Tops take each batch's shape in forward."""

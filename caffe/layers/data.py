@@ -95,8 +95,9 @@ class DatumLoader(BatchLoader):
             datum = caffe_pb2.Datum.FromString(value)
         except DecodeError:
             raise CaffeError(f"{where} is not a serialized Datum") from None
-        array = datum_to_chw(datum, self.transformer.force_color, self.transformer.force_gray,
-                             where=where)  # fmt: skip
+        array = datum_to_chw(
+            datum, self.transformer.force_color, self.transformer.force_gray, where=where
+        )
         return array, datum.label
 
     def load_batch(self) -> list[torch.Tensor]:
@@ -146,11 +147,15 @@ class DataLayer(PrefetchingDataLayer):
             raise self.error("data_param.source is not set")
         for name in _DEPRECATED_FIELDS:
             if param.HasField(name):
-                _log.warning("%s: data_param.%s is deprecated and ignored; use transform_param",
-                             layer_label(self), name)  # fmt: skip
+                _log.warning(
+                    "%s: data_param.%s is deprecated and ignored; use transform_param",
+                    layer_label(self),
+                    name,
+                )
         generator = seeded_generator()
-        transformer = DataTransformer(self.layer_param.transform_param, self.phase, generator,
-                                      where=layer_label(self))  # fmt: skip
+        transformer = DataTransformer(
+            self.layer_param.transform_param, self.phase, generator, where=layer_label(self)
+        )
         skip = 0
         if param.rand_skip:
             skip = int(torch.randint(0, param.rand_skip, (1,), generator=generator))
@@ -184,8 +189,9 @@ class DataLayer(PrefetchingDataLayer):
             _log.warning(
                 "%s: data_param.backend is LEVELDB (the default when unset) but %s is an LMDB "
                 "database; reading it as LMDB. Set `backend: LMDB` to silence this warning.",
-                layer_label(self), param.source,
-            )  # fmt: skip
+                layer_label(self),
+                param.source,
+            )
             backend = "lmdb"
         try:
             return open_db(param.source, backend)

@@ -11,8 +11,9 @@ from caffe.proto import caffe_pb2
 
 def make_datum(array: np.ndarray, label: int = 0) -> caffe_pb2.Datum:
     """A Datum holding a C×H×W array: uint8 -> `data` bytes, anything else -> `float_data`."""
-    datum = caffe_pb2.Datum(channels=array.shape[0], height=array.shape[1], width=array.shape[2],
-                            label=label)  # fmt: skip
+    datum = caffe_pb2.Datum(
+        channels=array.shape[0], height=array.shape[1], width=array.shape[2], label=label
+    )
     if array.dtype == np.uint8:
         datum.data = array.tobytes()
     else:

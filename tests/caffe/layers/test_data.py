@@ -59,8 +59,9 @@ def test_key_order_wrap_around_and_tops(tmp_path, caffe_log):
 
 
 def test_single_top_and_float_data(tmp_path):
-    values = [np.random.default_rng(i).standard_normal((3, 2, 2)).astype(np.float32)
-              for i in range(3)]  # fmt: skip
+    values = [
+        np.random.default_rng(i).standard_normal((3, 2, 2)).astype(np.float32) for i in range(3)
+    ]
     write_db(tmp_path / "db", [(f"{i:08d}", make_datum(v, i)) for i, v in enumerate(values)])
     layer, bottom, top = make_layer(data_text(tmp_path / "db", 2), [], num_tops=1, phase=TEST)
     (data,) = run_forward(layer, bottom, top)
@@ -83,8 +84,12 @@ def window_offsets(item, crop):
     """All (row, col) offsets whose crop window of `item` equals `crop`."""
     size = crop.shape[-1]
     height, width = item.shape[1:]
-    return [(r, c) for r in range(height - size + 1) for c in range(width - size + 1)
-            if np.array_equal(item[:, r : r + size, c : c + size], crop)]  # fmt: skip
+    return [
+        (r, c)
+        for r in range(height - size + 1)
+        for c in range(width - size + 1)
+        if np.array_equal(item[:, r : r + size, c : c + size], crop)
+    ]
 
 
 def test_train_phase_crop_is_random_and_within_bounds(tmp_path):
@@ -121,8 +126,9 @@ def test_mean_file_at_uncropped_position_then_scale(tmp_path):
     items = write_indexed_db(tmp_path / "db", 2, shape=(2, 5, 5))
     mean = np.random.default_rng(0).uniform(0, 50, (1, 2, 5, 5)).astype(np.float32)
     write_blobproto(str(tmp_path / "mean.binaryproto"), mean, legacy4d=True)
-    text = data_text(tmp_path / "db", 2,
-                     f'crop_size: 3 scale: 0.5 mean_file: "{tmp_path / "mean.binaryproto"}"')  # fmt: skip
+    text = data_text(
+        tmp_path / "db", 2, f'crop_size: 3 scale: 0.5 mean_file: "{tmp_path / "mean.binaryproto"}"'
+    )
     layer, bottom, top = make_layer(text, [], num_tops=2, phase=TEST)
     data, _ = run_forward(layer, bottom, top)
     expected = ((np.stack(items).astype(np.float32) - mean) * 0.5)[:, :, 1:4, 1:4]
@@ -134,8 +140,9 @@ def test_mean_file_at_uncropped_position_then_scale(tmp_path):
 def test_mean_value_per_channel_or_replicated(tmp_path, values):
     items = write_indexed_db(tmp_path / "db", 1, shape=(2, 2, 3))
     mean_text = " ".join(f"mean_value: {v}" for v in values)
-    layer, bottom, top = make_layer(data_text(tmp_path / "db", 1, f"{mean_text} scale: 2"), [], 2,
-                                    TEST)  # fmt: skip
+    layer, bottom, top = make_layer(
+        data_text(tmp_path / "db", 1, f"{mean_text} scale: 2"), [], 2, TEST
+    )
     data, _ = run_forward(layer, bottom, top)
     mean = np.array(values if len(values) == 2 else values * 2, np.float32).reshape(1, 2, 1, 1)
     np.testing.assert_allclose(data, (items[0][None].astype(np.float32) - mean) * 2)
@@ -145,7 +152,7 @@ def test_mean_value_per_channel_or_replicated(tmp_path, values):
 def test_mean_file_and_mean_value_are_exclusive(tmp_path):
     write_indexed_db(tmp_path / "db", 1)
     text = data_text(tmp_path / "db", 1, 'mean_file: "m.binaryproto" mean_value: 1')
-    with pytest.raises(LayerError, match="under_test.*mean_file and mean_value"):
+    with pytest.raises(LayerError, match=r"under_test.*mean_file and mean_value"):
         make_layer(text, [], 2, TEST)
 
 
@@ -203,8 +210,10 @@ def test_same_seed_same_batches(tmp_path):
 
 def test_prefetch_thread_stops_when_the_net_is_collected(tmp_path):
     write_indexed_db(tmp_path / "db", 3)
-    net = caffe.Net(net_param(f"""layer {{ name: "data" top: "data" top: "label"
-        {data_text(tmp_path / "db", 2)} }}"""))
+    net = caffe.Net(
+        net_param(f"""layer {{ name: "data" top: "data" top: "label"
+        {data_text(tmp_path / "db", 2)} }}""")
+    )
     net.forward()
     assert net.blobs["data"].data.shape == (2, 2, 4, 5)
     thread = net.layers[0].prefetcher.thread
@@ -234,7 +243,7 @@ def test_corrupt_record_fails_in_forward_naming_the_key(tmp_path):
     good = make_datum(np.zeros((1, 2, 2), np.uint8))
     write_db(tmp_path / "db", [("a", good), ("b", b"\xff\xff\xff garbage")])
     layer, bottom, top = make_layer(data_text(tmp_path / "db", 2), [], 2, TEST)
-    with pytest.raises(CaffeError, match="under_test.*'b'.*not a serialized Datum"):
+    with pytest.raises(CaffeError, match=r"under_test.*'b'.*not a serialized Datum"):
         layer.run_forward(bottom, top)
     layer.close()
 
@@ -250,7 +259,8 @@ def test_default_leveldb_backend_reads_an_lmdb_with_a_warning(tmp_path, caffe_lo
 def test_leveldb_source(tmp_path):
     pytest.importorskip("plyvel")
     write_indexed_db(tmp_path / "db", 3, backend="leveldb")
-    layer, bottom, top = make_layer(data_text(tmp_path / "db", 3, extra="backend: LEVELDB"), [],
-                                    2, TEST)  # fmt: skip
+    layer, bottom, top = make_layer(
+        data_text(tmp_path / "db", 3, extra="backend: LEVELDB"), [], 2, TEST
+    )
     assert run_forward(layer, bottom, top)[1].tolist() == [0, 1, 2]
     layer.close()
