@@ -1,0 +1,95 @@
+"""Spatial geometry shared by Convolution, Deconvolution and Pooling.
+
+Caffe states a spatial parameter (kernel, stride, pad, dilation) in one of two forms:
+a repeated field (one value for every spatial axis, or one value per axis) or, for
+2-D only, a pair of scalar fields `<name>_h`/`<name>_w`. The two forms are exclusive.
+`spatial_values` reads either form and validates it the way Caffe does, raising
+through the caller's `error` factory so that the message names the layer.
+
+Output sizes follow Caffe's formulas exactly (they differ from PyTorch's in corners,
+see `pooled_sizes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from caffe.errors import LayerError
+
+ErrorFactory = Callable[[str], LayerError]
+
+
+def spatial_values(
+    param: object,
+    repeated: str,
+    pair: tuple[str, str] | None,
+    num_spatial: int,
+    default: int | None,
+    error: ErrorFactory,
+) -> tuple[int, ...]:
+    """One value per spatial axis from `param.<repeated>` or `param.<pair[0]>/<pair[1]>`.
+
+    `default` is used when neither form is given; None means the value is required.
+    """
+    values = list(getattr(param, repeated))
+    if pair is not None and (param.HasField(pair[0]) or param.HasField(pair[1])):
+        if num_spatial != 2:
+            raise error(
+                f"{pair[0]} & {pair[1]} can only be used for 2D convolution "
+                f"(the input has {num_spatial} spatial axes)"
+            )
+        if values:
+            raise error(f"Either {repeated} or {pair[0]}/{pair[1]} should be specified; not both.")
+        return (getattr(param, pair[0]), getattr(param, pair[1]))
+    if not values:
+        if default is None:
+            raise error(f"{repeated} must be specified")
+        return (default,) * num_spatial
+    if len(values) == 1:
+        return (values[0],) * num_spatial
+    if len(values) != num_spatial:
+        raise error(
+            f"{repeated} must be specified once, or once per spatial dimension "
+            f"({repeated} specified {len(values)} times; {num_spatial} spatial dims)"
+        )
+    return tuple(values)
+
+
+def kernel_extent(kernel: int, dilation: int) -> int:
+    """Span of a dilated kernel: d(k-1)+1."""
+    return dilation * (kernel - 1) + 1
+
+
+def conv_output_size(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    """Convolution: floor((in + 2p - (d(k-1)+1)) / s) + 1."""
+    return (size + 2 * pad - kernel_extent(kernel, dilation)) // stride + 1
+
+
+def deconv_output_size(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    """Deconvolution (transposed convolution): s(in-1) + d(k-1)+1 - 2p."""
+    return stride * (size - 1) + kernel_extent(kernel, dilation) - 2 * pad
+
+
+def pooled_sizes(
+    sizes: Sequence[int],
+    kernels: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    ceil_mode: bool,
+) -> tuple[int, ...]:
+    """Caffe's pooling output sizes.
+
+    out = ceil((in + 2p - k) / s) + 1 (floor in FLOOR mode). If any axis is padded, the
+    last window of every axis must start strictly inside the image plus its leading
+    pad: a window starting at >= in + p is dropped. Unlike PyTorch's ceil mode, nothing
+    is dropped when there is no padding at all.
+    """
+    out = [
+        (-(-(n + 2 * p - k) // s) if ceil_mode else (n + 2 * p - k) // s) + 1
+        for n, k, s, p in zip(sizes, kernels, strides, pads)
+    ]
+    if any(pads):
+        out = [
+            o - 1 if (o - 1) * s >= n + p else o for o, n, s, p in zip(out, sizes, strides, pads)
+        ]
+    return tuple(out)

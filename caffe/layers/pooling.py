@@ -1,0 +1,203 @@
+"""Pooling over (N, C, H, W): MAX, AVE and STOCHASTIC, with Caffe's shape rules.
+
+Shapes: out = ceil((in + 2p - k) / s) + 1 (FLOOR with round_mode FLOOR); if there is
+any padding, a last window starting at >= in + p is dropped (conv_geometry.pooled_sizes).
+MAX ignores padded cells; its optional second top is the argmax as a flat index into
+the H×W plane (a float, as Caffe stores its mask). AVE divides by the number of cells of
+the window clipped to [-p, in + p), padded cells included, but sums only the cells
+inside the image.
+
+Two paths compute MAX and AVE. The native path is PyTorch's pooling kernels, whose
+divisor and ceil rule equal Caffe's whenever their output shape is the same and
+pad <= k/2 - true of every canonical model. The padded path covers the rest of what
+Caffe accepts (pad up to k-1; unpadded ceil windows that start past the image, which
+PyTorch drops): pad explicitly, pool without padding, and for AVE divide window sums
+by Caffe's divisor. Backward is PyTorch's pooling backward in both paths.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from caffe.conv_geometry import pooled_sizes
+from caffe.layer import Layer, register_layer
+from caffe.proto import caffe_pb2
+from caffe.stochastic_pooling import StochasticPooling
+
+Pool = caffe_pb2.PoolingParameter
+FLT_MAX = 3.4028234663852886e38
+NO_DILATION = (1, 1)
+
+
+def torch_pooled_size(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling output size (it always drops a ceil window starting past in + p)."""
+    out = (size + 2 * pad - kernel + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+@register_layer("Pooling")
+class PoolingLayer(Layer):
+    exact_num_bottom = 1
+    min_top = 1
+    max_top = 2
+
+    # ----- parameters -----------------------------------------------------------------
+    def setup(self, bottom, top):
+        p = self.layer_param.pooling_param
+        self.method = p.pool
+        if len(top) > 1 and self.method != Pool.MAX:
+            raise self.error("only MAX pooling has a second top (the argmax mask)")
+        self.global_pooling = p.global_pooling
+        self.ceil_mode = p.round_mode == Pool.CEIL
+        self.kernel = self._read_kernel(p)
+        self.pad = self._read_pair(p, "pad", 0)
+        self.stride = self._read_pair(p, "stride", 1)
+        if min(self.stride) <= 0:
+            raise self.error(f"Stride dimensions must be nonzero (got {list(self.stride)})")
+        if self.global_pooling and (any(self.pad) or self.stride != (1, 1)):
+            raise self.error("With Global_pooling: true; only pad = 0 and stride = 1")
+        if any(self.pad):
+            if self.method not in (Pool.AVE, Pool.MAX):
+                raise self.error("Padding implemented only for average and max pooling.")
+            if not self.global_pooling and any(pd >= k for pd, k in zip(self.pad, self.kernel)):
+                raise self.error(
+                    f"pad {list(self.pad)} must be smaller than the kernel {list(self.kernel)}"
+                )
+        self._stochastic: StochasticPooling | None = None
+
+    def _read_kernel(self, p) -> tuple[int, int]:
+        has_size, has_h, has_w = (p.HasField(f) for f in ("kernel_size", "kernel_h", "kernel_w"))
+        if self.global_pooling:
+            if has_size or has_h or has_w:
+                raise self.error("With Global_pooling: true Filter size cannot specified")
+            return (0, 0)  # set from the bottom in reshape
+        if has_size and (has_h or has_w):
+            raise self.error("Either kernel_size or kernel_h/w should be specified; not both.")
+        if not has_size and not (has_h and has_w):
+            raise self.error("For non-square filters both kernel_h and kernel_w are required.")
+        kernel = (p.kernel_size,) * 2 if has_size else (p.kernel_h, p.kernel_w)
+        if min(kernel) <= 0:
+            raise self.error(f"Filter dimensions cannot be zero (got {list(kernel)})")
+        return kernel
+
+    def _read_pair(self, p, name: str, default: int) -> tuple[int, int]:
+        has_one, has_h, has_w = (p.HasField(f) for f in (name, f"{name}_h", f"{name}_w"))
+        if has_h or has_w:
+            if has_one or not (has_h and has_w):
+                raise self.error(f"{name} is {name} OR {name}_h and {name}_w are required.")
+            return (getattr(p, f"{name}_h"), getattr(p, f"{name}_w"))
+        return (getattr(p, name) if has_one else default,) * 2
+
+    # ----- shapes -----------------------------------------------------------------------
+    def reshape(self, bottom, top):
+        shape = bottom[0].shape
+        if len(shape) != 4:
+            raise self.error(
+                f"Input must have 4 axes, corresponding to (num, channels, height, width); "
+                f"bottom has shape {shape}"
+            )
+        hw = tuple(shape[2:])
+        if self.global_pooling:
+            self.kernel = hw
+        out = pooled_sizes(hw, self.kernel, self.stride, self.pad, self.ceil_mode)
+        if min(out) <= 0:
+            raise self.error(
+                f"output would be empty: input {list(hw)} with kernel {list(self.kernel)}, "
+                f"stride {list(self.stride)}, pad {list(self.pad)} gives {list(out)}"
+            )
+        self.out_hw = out
+        native = all(
+            pd <= k // 2 and torch_pooled_size(n, k, s, pd, self.ceil_mode) == o
+            for n, k, s, pd, o in zip(hw, self.kernel, self.stride, self.pad, out)
+        )
+        # Explicit (left, right, top, bottom) padding for the padded path; a negative
+        # right pad crops cells that no window reaches.
+        geometry = zip(out, self.stride, self.kernel, hw, self.pad)
+        right = [(o - 1) * s + k - n - pd for o, s, k, n, pd in geometry]
+        self.explicit_pads = None if native else (self.pad[1], right[1], self.pad[0], right[0])
+        if self.method == Pool.STOCHASTIC:
+            self._stochastic = StochasticPooling(shape, self.kernel, self.stride, out)
+        for blob in top:
+            blob.reshape([*shape[:2], *out])
+
+    # ----- compute ------------------------------------------------------------------------
+    def _pool_input(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int], bool]:
+        """The tensor PyTorch pools, with the padding and ceil flag to pool it with."""
+        if self.explicit_pads is None:
+            return x, self.pad, self.ceil_mode
+        fill = -float("inf") if self.method == Pool.MAX else 0.0
+        return F.pad(x, self.explicit_pads, value=fill), (0, 0), False
+
+    def forward(self, bottom, top):
+        x = bottom[0].data_tensor
+        if self.method == Pool.STOCHASTIC:
+            if self.phase == caffe_pb2.TRAIN:
+                top[0].set_data(self._stochastic.forward_train(x))
+            else:
+                top[0].set_data(self._stochastic.forward_test(x))
+            return
+        x_in, pad, ceil_mode = self._pool_input(x)
+        if self.method == Pool.MAX:
+            y, self._argmax = torch.ops.aten.max_pool2d_with_indices(
+                x_in, self.kernel, self.stride, pad, NO_DILATION, ceil_mode
+            )
+            if self.explicit_pads is not None:
+                y = y.clamp(min=-FLT_MAX)  # a window wholly outside the image: Caffe's -FLT_MAX
+            top[0].set_data(y)
+            if len(top) > 1:
+                top[1].set_data(self._mask(x, x_in))
+        elif self.explicit_pads is None:
+            top[0].set_data(F.avg_pool2d(x_in, self.kernel, self.stride, pad, ceil_mode, True))
+        else:
+            sums = F.avg_pool2d(x_in, self.kernel, self.stride, 0, False, True, 1)
+            top[0].set_data(sums / self._divisor(x))
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        dy = top[0].diff_tensor
+        x = bottom[0].data_tensor
+        if self.method == Pool.STOCHASTIC:
+            bottom[0].set_diff(self._stochastic.backward(dy))
+            return
+        x_in, pad, ceil_mode = self._pool_input(x)
+        if self.method == Pool.MAX:
+            dx = torch.ops.aten.max_pool2d_with_indices_backward(
+                dy, x_in, self.kernel, self.stride, pad, NO_DILATION, ceil_mode, self._argmax
+            )
+        elif self.explicit_pads is None:
+            dx = torch.ops.aten.avg_pool2d_backward(
+                dy, x_in, self.kernel, self.stride, pad, ceil_mode, True, None
+            )
+        else:
+            dx = torch.ops.aten.avg_pool2d_backward(
+                dy / self._divisor(x), x_in, self.kernel, self.stride, (0, 0), False, True, 1
+            )
+        if self.explicit_pads is not None:
+            dx = F.pad(dx, [-v for v in self.explicit_pads])
+        bottom[0].set_diff(dx)
+
+    def _divisor(self, x: torch.Tensor) -> torch.Tensor:
+        """Caffe's AVE divisor per output cell: the window clipped to [-p, in + p)."""
+        lengths = []
+        for n, k, s, pd, o in zip(x.shape[2:], self.kernel, self.stride, self.pad, self.out_hw):
+            start = torch.arange(o, device=x.device) * s - pd
+            end = torch.clamp(start + k, max=n + pd)
+            # A window starting past the image (unpadded ceil) is empty; Caffe divides
+            # 0 by 0 there. Dividing by 1 gives 0 instead.
+            lengths.append((end - start).clamp(min=1).to(x.dtype))
+        return lengths[0][:, None] * lengths[1][None, :]
+
+    def _mask(self, x: torch.Tensor, x_in: torch.Tensor) -> torch.Tensor:
+        """The argmax as a float flat index into the unpadded H×W plane (-1: none)."""
+        if self.explicit_pads is None:
+            return self._argmax.to(x.dtype)
+        height, width = x.shape[2:]
+        padded_width = x_in.shape[3]
+        row = torch.div(self._argmax, padded_width, rounding_mode="floor") - self.pad[0]
+        col = self._argmax % padded_width - self.pad[1]
+        inside = (row >= 0) & (row < height) & (col >= 0) & (col < width)
+        return torch.where(inside, row * width + col, -1).to(x.dtype)

@@ -1,0 +1,75 @@
+"""Run one layer on CPU and on CUDA with the same inputs and weights; compare both passes.
+
+Used by the layer tests under `@pytest.mark.skipif(not torch.cuda.is_available(), ...)`:
+forward tops, bottom diffs and parameter diffs must agree within float32 tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+import torch
+
+from caffe.blob import Blob
+from caffe.layer import Layer, create_layer
+from caffe.proto import caffe_pb2
+from tests.caffe.layer_harness import layer_param
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _build(text: str, arrays, num_tops: int, phase: int, device: torch.device):
+    param = layer_param(text)
+    param.phase = phase
+    layer = create_layer(param, device)
+    bottom = []
+    for array in arrays:
+        blob = Blob(np.shape(array), device=device)
+        blob.data[...] = array
+        bottom.append(blob)
+    top = [Blob(device=device) for _ in range(num_tops)]
+    layer.run_setup(bottom, top)
+    layer.need_backward = True
+    layer.bottom_need_backward = [True] * len(bottom)
+    layer.param_propagate_down = [True] * len(layer.blobs)
+    return layer, bottom, top
+
+
+def _passes(layer: Layer, bottom, top, top_diffs, propagate) -> tuple[list, list, list]:
+    layer.run_forward(bottom, top)
+    outputs = [t.data.copy() for t in top]
+    for blob in layer.blobs:
+        blob.diff[...] = 0
+    for blob, diff in zip(top, top_diffs):
+        blob.diff[...] = diff
+    layer.run_backward(top, propagate, bottom)
+    bottom_diffs = [b.diff.copy() if down else None for b, down in zip(bottom, propagate)]
+    return outputs, bottom_diffs, [b.diff.copy() for b in layer.blobs]
+
+
+def assert_cuda_matches_cpu(
+    text: str,
+    arrays: Sequence[np.ndarray],
+    num_tops: int = 1,
+    phase: int = caffe_pb2.TRAIN,
+    propagate: Sequence[bool] | None = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+) -> None:
+    cpu = _build(text, arrays, num_tops, phase, torch.device("cpu"))
+    gpu = _build(text, arrays, num_tops, phase, torch.device("cuda"))
+    for source, target in zip(cpu[0].blobs, gpu[0].blobs):
+        target.data[...] = source.data
+    cpu[0].run_forward(cpu[1], cpu[2])
+    rng = np.random.default_rng(0)
+    top_diffs = [rng.standard_normal(t.shape).astype(np.float32) for t in cpu[2]]
+    propagate = [True] * len(arrays) if propagate is None else list(propagate)
+    expected = _passes(*cpu, top_diffs, propagate)
+    got = _passes(*gpu, top_diffs, propagate)
+    for kind, want_list, got_list in zip(("top", "bottom diff", "param diff"), expected, got):
+        for i, (want, have) in enumerate(zip(want_list, got_list)):
+            if want is None:
+                continue
+            np.testing.assert_allclose(have, want, rtol=rtol, atol=atol, err_msg=f"{kind} {i}")
