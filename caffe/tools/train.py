@@ -1,0 +1,104 @@
+"""`caffe train`: train or finetune a model from a solver prototxt (Caffe's tools/caffe.cpp).
+
+    caffe train --solver S [--snapshot F.solverstate | --weights A.caffemodel[,B...]]
+                [--gpu ids|all] [--level N] [--stage a,b] [--sigint_effect E] [--sighup_effect E]
+
+Order of events: read the solver (upgraded), put --level/--stage into its train_state,
+choose the device, build the solver of its `type`, let a distributed job attach to it,
+restore --snapshot, log "Starting Optimization" and solve. Ctrl-C and SIGHUP become solver
+actions (caffe/tools/signals.py); a run stopped by Ctrl-C exits with status 130.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from caffe.errors import CaffeError
+from caffe.proto import caffe_pb2
+from caffe.proto_io import read_solver_param
+from caffe.tools.devices import choose_devices, log_gpu_names
+from caffe.tools.flags import Flags
+from caffe.tools.progress import attach_progress_bar
+from caffe.tools.signals import SignalHandler, check_effect
+
+_log = logging.getLogger("caffe")
+EXIT_INTERRUPTED = 130
+
+
+def train(flags: Flags) -> int:
+    if not flags.solver:
+        raise CaffeError("Need a solver definition to train (--solver).")
+    if flags.snapshot and flags.weights:
+        raise CaffeError(
+            "Give a snapshot to resume training or weights to finetune but not both "
+            "(--snapshot and --weights)."
+        )
+    check_effect("sigint_effect", flags.sigint_effect)
+    check_effect("sighup_effect", flags.sighup_effect)
+    param = read_solver_param(flags.solver)
+    param.train_state.level = flags.level
+    param.train_state.stage.extend(flags.stages)
+    gpus = _choose_devices(flags, param)
+    if flags.snapshot:
+        param.ClearField("weights")
+    elif flags.weights:
+        param.ClearField("weights")
+        param.weights.append(flags.weights)
+    with SignalHandler(flags.sigint_effect, flags.sighup_effect) as signals:
+        solver = _build_solver(param)
+        solver.set_action_function(signals.action)
+        _attach_distributed(solver)
+        progress = attach_progress_bar(solver)
+        try:
+            if flags.snapshot:
+                _log.info("Resuming from %s", flags.snapshot)
+                solver.restore(flags.snapshot)
+            _log.info("Starting Optimization")
+            if len(gpus) > 1:
+                _log.warning(
+                    "caffe train runs one solver per process: training on GPU %d only. For "
+                    "data-parallel training start one worker per GPU with `poseidon launch`.",
+                    gpus[0],
+                )
+            solver.solve()
+        finally:
+            if progress is not None:
+                progress.close()
+    if signals.stopped_by_sigint and solver.requested_early_exit:
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def _choose_devices(flags: Flags, param: caffe_pb2.SolverParameter) -> list[int]:
+    """--gpu wins; without it, a solver that says `solver_mode: GPU` uses its device_id."""
+    gpu_flag, requested_by = flags.gpu, "--gpu"
+    solver_wants_gpu = (
+        param.HasField("solver_mode") and param.solver_mode == caffe_pb2.SolverParameter.GPU
+    )
+    if not gpu_flag and solver_wants_gpu:
+        gpu_flag, requested_by = str(param.device_id), f"solver_mode GPU ({flags.solver})"
+    gpus = choose_devices(gpu_flag, requested_by)
+    if not gpus:
+        _log.info("Use CPU.")
+        return gpus
+    _log.info("Using GPUs %s", ", ".join(map(str, gpus)))
+    log_gpu_names(gpus)
+    param.device_id = gpus[0]
+    return gpus
+
+
+def _build_solver(param: caffe_pb2.SolverParameter):  # type: ignore[no-untyped-def]
+    from caffe.solvers import get_solver
+
+    return get_solver(param)
+
+
+def _attach_distributed(solver) -> None:  # type: ignore[no-untyped-def]
+    """Hook for distributed training, called after the solver is built and before solving.
+
+    A worker process of a Poseidon job (its role, rank and coordinator come from the
+    cluster spec or the POSEIDON_* environment) attaches caffe.parallel here: broadcast
+    rank 0's weights, register the per-layer after-backward syncers on solver.net and the
+    solver callbacks that average gradients. A single-process run has nothing to attach.
+    """
+    return None

@@ -1,0 +1,136 @@
+"""ResNet-50 (He et al. 2015; the layout of KaimingHe/deep-residual-networks).
+
+conv1 7x7/2 and MAX pooling 3/2 (ceil: 112 -> 56), then 3, 4, 6 and 3 bottleneck blocks:
+1x1 -> 3x3 -> 1x1 (x4 widening) convolutions without bias, each followed by BatchNorm and
+Scale in place (and ReLU, except the last), added to the shortcut by Eltwise SUM, then ReLU.
+The first block of a stage projects the shortcut with a 1x1 convolution (stride 2 from
+stage 3 on, on the branch's first 1x1 as in the released model). AVE pooling 7/1 and fc1000.
+"""
+
+from __future__ import annotations
+
+import string
+
+from caffe.net_spec import L, NetSpec, Top
+from caffe.proto import caffe_pb2
+from models.netgen.blocks import (
+    DataSpec,
+    accuracy,
+    ave_pool,
+    conv,
+    deploy_input,
+    fc,
+    finish_deploy,
+    finish_train_val,
+    max_pool,
+    train_data,
+)
+
+NAME = "ResNet-50"
+# (stage number, blocks, bottleneck width); the block output is 4x the width.
+STAGES = [(2, 3, 64), (3, 4, 128), (4, 6, 256), (5, 3, 512)]
+MSRA = dict(type="msra")
+
+
+def data_spec() -> DataSpec:
+    return DataSpec(
+        train_source="examples/imagenet/ilsvrc12_train_lmdb",
+        test_source="examples/imagenet/ilsvrc12_val_lmdb",
+        train_batch=32,
+        test_batch=50,
+        channels=3,
+        crop=224,
+        transform=dict(mean_value=[104, 117, 123]),
+    )
+
+
+def _conv_bn(
+    n: NetSpec,
+    bottom: Top,
+    conv_name: str,
+    suffix: str,
+    num_output: int,
+    kernel: int,
+    stride: int = 1,
+    pad: int = 0,
+    with_relu: bool = True,
+    deploy: bool = False,
+) -> Top:
+    """conv<suffix> + bn<suffix> + scale<suffix> (+ <conv>_relu), all but conv in place.
+
+    Deploy nets use the stored statistics (use_global_stats); train_val nets leave it to
+    the phase (batch statistics in TRAIN, stored in TEST).
+    """
+    n[conv_name] = conv(
+        bottom, num_output, kernel, stride=stride, pad=pad, weight_filler=MSRA, bias=None
+    )
+    bn_kwargs = dict(use_global_stats=True) if deploy else {}
+    n["bn" + suffix] = L.BatchNorm(n[conv_name], in_place=True, **bn_kwargs)
+    n["scale" + suffix] = L.Scale(n["bn" + suffix], in_place=True, bias_term=True)
+    x = n["scale" + suffix]
+    if with_relu:
+        n[conv_name + "_relu"] = L.ReLU(x, in_place=True)
+        x = n[conv_name + "_relu"]
+    return x
+
+
+def _bottleneck(
+    n: NetSpec, bottom: Top, name: str, width: int, first: bool, stride: int, deploy: bool
+) -> Top:
+    res = "res" + name
+    if first:
+        shortcut = _conv_bn(
+            n,
+            bottom,
+            res + "_branch1",
+            name + "_branch1",
+            4 * width,
+            1,
+            stride=stride,
+            with_relu=False,
+            deploy=deploy,
+        )
+    else:
+        shortcut = bottom
+    x = _conv_bn(
+        n, bottom, res + "_branch2a", name + "_branch2a", width, 1, stride=stride, deploy=deploy
+    )
+    x = _conv_bn(n, x, res + "_branch2b", name + "_branch2b", width, 3, pad=1, deploy=deploy)
+    x = _conv_bn(
+        n, x, res + "_branch2c", name + "_branch2c", 4 * width, 1, with_relu=False, deploy=deploy
+    )
+    n[res] = L.Eltwise(shortcut, x)  # operation SUM is the default
+    n[res + "_relu"] = L.ReLU(n[res], in_place=True)
+    return n[res + "_relu"]
+
+
+def _body(n: NetSpec, data: Top, deploy: bool) -> Top:
+    x = _conv_bn(n, data, "conv1", "_conv1", 64, 7, stride=2, pad=3, deploy=deploy)
+    n.pool1 = max_pool(x, 3, 2)
+    x = n.pool1
+    for stage, blocks, width in STAGES:
+        for b in range(blocks):
+            stride = 2 if b == 0 and stage > 2 else 1
+            name = f"{stage}{string.ascii_lowercase[b]}"
+            x = _bottleneck(n, x, name, width, first=b == 0, stride=stride, deploy=deploy)
+    n.pool5 = ave_pool(x, 7, 1)
+    n.fc1000 = fc(n.pool5, 1000, dict(type="gaussian", std=0.01), bias=0.0)
+    return n.fc1000
+
+
+def train_val() -> caffe_pb2.NetParameter:
+    n = NetSpec()
+    spec = data_spec()
+    data, label = train_data(n, spec)
+    scores = _body(n, data, deploy=False)
+    accuracy(n, "accuracy", scores, label)
+    accuracy(n, "accuracy_top5", scores, label, top_k=5)
+    n.loss = L.SoftmaxWithLoss(scores, label)
+    return finish_train_val(n, NAME, spec)
+
+
+def deploy() -> caffe_pb2.NetParameter:
+    n = NetSpec()
+    scores = _body(n, deploy_input(n, 1, 3, 224), deploy=True)
+    n.prob = L.Softmax(scores)
+    return finish_deploy(n, NAME)
