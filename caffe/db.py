@@ -22,7 +22,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import lmdb
 
@@ -129,7 +130,7 @@ class DBReader:
 class _SharedHandle:
     """One open database shared by all its readers in this process; closed with the last."""
 
-    def __init__(self, handle, close) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, handle: Any, close: Callable[[], None]) -> None:
         self.handle = handle
         weakref.finalize(self, close)
 
@@ -140,7 +141,9 @@ _shared: weakref.WeakValueDictionary[tuple[str, str, int], _SharedHandle] = (
 _shared_lock = threading.Lock()
 
 
-def _shared_handle(backend: str, path: str, marker: str, opener) -> _SharedHandle:  # type: ignore[no-untyped-def]
+def _shared_handle(
+    backend: str, path: str, marker: str, opener: Callable[[str], Any]
+) -> _SharedHandle:
     """The process's handle for the database at `path` (see Note [one environment per process]).
 
     The key includes the inode of `marker` (data.mdb, or "." for the directory), so a database

@@ -52,23 +52,20 @@ def _grey_array(image) -> np.ndarray:  # type: ignore[no-untyped-def]
     return np.asarray(image.convert("L"), dtype=np.uint8)
 
 
-def _to_chw(image, color: bool | None) -> np.ndarray:  # type: ignore[no-untyped-def]
-    from PIL import ImageOps
+def _to_chw(image, color: bool | None, height: int, width: int) -> np.ndarray:  # type: ignore
+    """Orient, convert to colour or grey, resize (in OpenCV's read-then-resize order), to CHW."""
+    from PIL import Image, ImageOps
 
     image = ImageOps.exif_transpose(image)
     if color is None:
         color = image.mode not in _GREY_MODES
-    if not color:
-        return np.ascontiguousarray(_grey_array(image)[np.newaxis])
-    rgb = np.asarray(image.convert("RGB"), dtype=np.uint8)
-    return np.ascontiguousarray(rgb[:, :, ::-1].transpose(2, 0, 1))  # RGB -> BGR, HWC -> CHW
-
-
-def _resized(image, height: int, width: int):  # type: ignore[no-untyped-def]
+    image = image.convert("RGB") if color else Image.fromarray(_grey_array(image))
     if height > 0 and width > 0 and image.size != (width, height):
-        Image = pillow("resizing an image")
-        return image.resize((width, height), Image.Resampling.BILINEAR)
-    return image
+        image = image.resize((width, height), Image.Resampling.BILINEAR)
+    if not color:
+        return np.ascontiguousarray(np.asarray(image, dtype=np.uint8)[np.newaxis])
+    rgb = np.asarray(image, dtype=np.uint8)
+    return np.ascontiguousarray(rgb[:, :, ::-1].transpose(2, 0, 1))  # RGB -> BGR, HWC -> CHW
 
 
 def decode_image(
@@ -79,7 +76,7 @@ def decode_image(
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.load()
-            return _to_chw(_resized(image, height, width), color)
+            return _to_chw(image, color, height, width)
     except (OSError, ValueError) as e:
         raise CaffeError(f"{where}: cannot decode image data: {e}") from None
 
@@ -90,7 +87,7 @@ def read_image(path: str, color: bool | None = True, height: int = 0, width: int
     try:
         with Image.open(path) as image:
             image.load()
-            return _to_chw(_resized(image, height, width), color)
+            return _to_chw(image, color, height, width)
     except FileNotFoundError:
         raise CaffeError(f"Could not open or find file {path}") from None
     except (OSError, ValueError) as e:

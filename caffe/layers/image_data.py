@@ -1,0 +1,175 @@
+"""ImageData: batches of image files named in a list file (image_data_param, spec §9.4).
+
+Each line of `source` is "path label", split at the LAST space (paths may contain spaces).
+Images are read with Pillow (an optional dependency; without it the layer says so), in
+OpenCV's conventions as Caffe: BGR for `is_color: true`, one grey channel otherwise, resized
+bilinearly to new_height × new_width when both are set, then transformed by transform_param.
+`root_folder` is prefixed to every path. `shuffle` shuffles the list at setup and at every
+wrap-around; `rand_skip` skips a random number of lines once. Batches are loaded on the prefetch
+thread; each batch takes the shape of its first image. Tops: data (N, C, H, W), label (N).
+
+Sharding (caffe/data_shard.py) applies as for Data and HDF5Data: in TRAIN with P solvers, this
+rank keeps the line at running offset k iff k % P == its rank. Caffe's ImageData does not shard
+(every GPU reads every line); we do, so that P workers see disjoint data. With `shuffle`, each
+rank shuffles with its own generator, so the ranks sample rather than partition an epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from caffe.common import root_solver
+from caffe.data_shard import Shard, shard_for_phase
+from caffe.data_transformer import DataTransformer, seeded_generator
+from caffe.errors import CaffeError
+from caffe.image_codec import join_root, pillow, read_image
+from caffe.layer import register_layer
+from caffe.layers.hdf5_data import read_list_file
+from caffe.prefetch import BatchLoader, PrefetchingDataLayer, layer_label
+
+_log = logging.getLogger("caffe")
+_DEPRECATED_FIELDS = ("scale", "mean_file", "crop_size", "mirror")
+
+
+class ImageLoader(BatchLoader):
+    """Walks the list (sharded, wrapping, reshuffling) and loads image batches."""
+
+    def __init__(
+        self,
+        lines: list[tuple[str, int]],
+        param,  # ImageDataParameter
+        transformer: DataTransformer,
+        shard: Shard,
+        with_labels: bool,
+        where: str,
+    ) -> None:
+        super().__init__(where)
+        self.lines = lines
+        self.root_folder = param.root_folder
+        self.color = bool(param.is_color)
+        self.new_height, self.new_width = int(param.new_height), int(param.new_width)
+        self.batch_size = int(param.batch_size)
+        self.shuffle = bool(param.shuffle)
+        self.transformer = transformer
+        self.generator = transformer.generator
+        self.shard = shard
+        self.with_labels = with_labels
+        self.order = self._permutation()
+        self.position = 0  # index into self.order
+        self.offset = 0  # running count of lines passed, across wrap-arounds
+
+    def _permutation(self) -> list[int]:
+        if self.shuffle:
+            return torch.randperm(len(self.lines), generator=self.generator).tolist()
+        return list(range(len(self.lines)))
+
+    def _step(self) -> None:
+        self.position += 1
+        self.offset += 1
+        if self.position == len(self.order):
+            if root_solver():
+                _log.info("Restarting data prefetching from start.")
+            self.position = 0
+            if self.shuffle:
+                self.order = self._permutation()
+
+    def skip(self, count: int) -> None:
+        if count >= len(self.lines):
+            raise self.error(
+                f"Not enough points to skip: rand_skip drew {count} for {len(self.lines)} lines"
+            )
+        self.position = count
+
+    def read(self, index: int) -> np.ndarray:
+        path, _ = self.lines[index]
+        try:
+            return read_image(
+                join_root(self.root_folder, path), self.color, self.new_height, self.new_width
+            )
+        except CaffeError as e:
+            raise self.error(f"Could not load line {index + 1} of the list: {e}") from None
+
+    def current_image(self) -> np.ndarray:
+        return self.read(self.order[self.position])
+
+    def load_batch(self) -> list[torch.Tensor]:
+        arrays, labels = [], []
+        for _ in range(self.batch_size):
+            while not self.shard.keeps(self.offset):
+                self._step()
+            index = self.order[self.position]
+            array = self.read(index)
+            if arrays and array.shape != arrays[0].shape:
+                raise self.error(
+                    f"image {self.lines[index][0]} is {array.shape} but the batch started with "
+                    f"{arrays[0].shape}; set new_height/new_width or use batch_size 1"
+                )
+            arrays.append(array)
+            labels.append(self.lines[index][1])
+            self._step()
+        batch = [self.transformer.transform(torch.from_numpy(np.stack(arrays)))]
+        if self.with_labels:
+            batch.append(torch.tensor(labels, dtype=torch.float32))
+        return batch
+
+
+def parse_image_list(layer, source: str) -> list[tuple[str, int]]:  # type: ignore[no-untyped-def]
+    """(path, label) per line of `source`; the label follows the last space."""
+    lines = []
+    for number, line in enumerate(read_list_file(layer, source), start=1):
+        path, _, label = line.rpartition(" ")
+        try:
+            lines.append((path, int(label)))
+        except ValueError:
+            raise layer.error(f"{source}:{number}: expected 'path label', got {line!r}") from None
+        if not path:
+            raise layer.error(f"{source}:{number}: expected 'path label', got {line!r}")
+    if not lines:
+        raise layer.error(f"File is empty: {source}")
+    return lines
+
+
+@register_layer("ImageData")
+class ImageDataLayer(PrefetchingDataLayer):
+    exact_num_top = 2
+
+    def make_loader(self, top):
+        param = self.layer_param.image_data_param
+        pillow(f"{layer_label(self)} (ImageData)")
+        if param.batch_size <= 0:
+            raise self.error("image_data_param.batch_size must be positive")
+        if (param.new_height > 0) != (param.new_width > 0):
+            raise self.error("new_height and new_width must be set together")
+        if not param.source:
+            raise self.error("image_data_param.source is not set")
+        for name in _DEPRECATED_FIELDS:
+            if param.HasField(name):
+                _log.warning(
+                    "%s: image_data_param.%s is deprecated and ignored; use transform_param",
+                    layer_label(self),
+                    name,
+                )
+        lines = parse_image_list(self, param.source)
+        if root_solver():
+            _log.info("A total of %d images.", len(lines))
+        transformer = DataTransformer(
+            self.layer_param.transform_param,
+            self.phase,
+            seeded_generator(),
+            where=layer_label(self),
+        )
+        self.shard = shard_for_phase(self.phase)
+        loader = ImageLoader(lines, param, transformer, self.shard, True, layer_label(self))
+        if param.rand_skip:
+            skip = int(torch.randint(0, param.rand_skip, (1,), generator=transformer.generator))
+            _log.info("Skipping first %d data points.", skip)
+            loader.skip(skip)
+        channels, height, width = transformer.output_shape(*loader.current_image().shape)
+        top[0].reshape(param.batch_size, channels, height, width)
+        top[1].reshape(param.batch_size)
+        if root_solver():
+            _log.info("output data size: %d,%d,%d,%d", param.batch_size, channels, height, width)
+        return loader
