@@ -1,0 +1,111 @@
+#pragma once
+// A KV-store server shard (reference §3). It owns the chunks the plan
+// assigns to it (chunk g of the PS layers goes to shard g mod P2) and runs
+// bulk-synchronous rounds per chunk: for iteration t it sums the P1 workers'
+// pushes of chunk c and sends the sum back to each of them. It never
+// divides: workers do (the mean is the caller's job).
+//
+// Note [round rules]: a chunk's rounds run at consecutive iterations (the
+// first round may start anywhere, e.g. after a resume). A push is accepted
+// only if its layer is a PS layer of the plan, its chunk is owned here, its
+// size is the chunk's size, its iteration is the round in progress (or the
+// next one), and its worker has not pushed in this round; otherwise it is
+// rejected with an ERROR naming the key, the iteration and the size, before
+// any payload byte is read or any round state touched.
+//
+// Note [no extra copies]: the first push of a round is read straight into
+// the sum buffer, later ones into a per-connection scratch chunk and added
+// in place; the replies are written from the sum buffer itself.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "poseidon/abort_signal.h"
+#include "poseidon/acceptor.h"
+#include "poseidon/config.h"
+#include "poseidon/coordinator_client.h"
+#include "poseidon/peer.h"
+#include "poseidon/plan.h"
+#include "poseidon/send_queue.h"
+
+namespace poseidon {
+
+struct ServerStats {
+  uint64_t rounds_completed = 0;
+  uint64_t bytes_received = 0;  // push payloads
+  uint64_t bytes_sent = 0;      // reply payloads
+  uint64_t frames_rejected = 0;
+};
+
+class KVServer {
+ public:
+  // Validates `config` (role must be server) and binds config.listen.
+  // Non-blocking.
+  explicit KVServer(const Config& config);
+  ~KVServer();
+  KVServer(const KVServer&) = delete;
+  KVServer& operator=(const KVServer&) = delete;
+
+  // Where workers dial this shard (port resolved).
+  std::string address() const { return address_; }
+  // Registers with the coordinator, waits for the plan, serves rounds.
+  // Blocks until the coordinator's SHUTDOWN (returns) or an abort (throws
+  // PeerFailure with the reason and the rounds left unfinished here). Once.
+  void run();
+  // Aborts with `reason`. Thread-safe; run() then throws.
+  void abort(const std::string& reason);
+  ServerStats stats() const;
+
+ private:
+  struct ChunkSlot;
+  struct LayerSlots {
+    const LayerPlan* plan = nullptr;
+    std::vector<ChunkSlot*> by_chunk;  // nullptr: owned by another shard
+  };
+
+  std::string admit(const NodeId& id);
+  void on_peer(std::unique_ptr<Connection> conn, const NodeId& id);
+  void on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
+               std::vector<float>& scratch);
+  void on_closed(Peer& peer, const std::string& reason, bool clean);
+  void reject(const std::string& why);
+  void build_slots(const Plan& plan);
+  bool wait_ready();
+  void reply_done(ChunkSlot* slot, const std::string& error, const NodeId& to);
+  std::string pending_summary() const;
+  void on_abort(const Failure& f);
+  void teardown(bool aborted);
+
+  const Config config_;
+  std::unique_ptr<Transport> transport_;
+  NodeId self_;
+  std::string address_;
+  std::shared_ptr<AbortSignal> abort_;
+  std::unique_ptr<SendQueue> queue_;
+  std::unique_ptr<CoordinatorClient> coord_;
+  std::unique_ptr<Acceptor> acceptor_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool ready_ = false;
+  bool ran_ = false;
+  bool torn_down_ = false;
+  Plan plan_;
+  std::vector<std::unique_ptr<ChunkSlot>> slots_;
+  std::map<uint32_t, LayerSlots> layers_;
+  std::vector<std::shared_ptr<Peer>> peers_;
+  std::map<int, Peer*> primary_;  // worker rank -> its first connection
+
+  std::atomic<uint64_t> rounds_{0};
+  std::atomic<uint64_t> bytes_in_{0};
+  std::atomic<uint64_t> bytes_out_{0};
+  std::atomic<uint64_t> rejected_{0};
+};
+
+}  // namespace poseidon

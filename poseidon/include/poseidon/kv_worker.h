@@ -1,0 +1,58 @@
+#pragma once
+// The PS side of a worker (reference §3, "client library"): each registered
+// layer's gradient range is pushed chunk by chunk to the shards that own the
+// chunks, and each shard's reply — the sum over all P1 workers — is read
+// straight back into the same range. Internal to Worker.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+
+#include "poseidon/data_plane.h"
+#include "poseidon/handle.h"
+
+namespace poseidon {
+
+class KVWorker {
+ public:
+  explicit KVWorker(DataPlane& plane) : plane_(plane) {}
+
+  // `grad` (num_floats floats, owned by the caller) must stay valid while
+  // the worker lives. The layer must be a PS layer of the plan with exactly
+  // num_floats floats. Thread-safe; once per layer.
+  void register_layer(uint32_t layer_id, float* grad, size_t num_floats);
+  bool registered(uint32_t layer_id) const;
+  // Queues the layer's chunks (non-blocking) and returns a handle that
+  // completes when the range holds the sum over all workers. Iterations of a
+  // layer must be consecutive and not overlap. Thread-safe.
+  Handle push_pull(uint32_t layer_id, int64_t iteration);
+  // Reader thread of a server connection: validates a PULL_REPLY against the
+  // pending push and reads its payload into the range. Throws ProtocolError
+  // naming the server, key and iteration on any mismatch.
+  void on_reply(Peer& from, const FrameHeader& header);
+  // Fails every pending operation with `failure`. Thread-safe.
+  void fail_all(const Failure& failure);
+  // "push_pull of layer 3 (fc6) iteration 7" for each pending op, or "".
+  std::string pending() const;
+
+ private:
+  struct Layer {
+    const LayerPlan* plan = nullptr;
+    float* data = nullptr;
+    LayerCounters* counters = nullptr;
+    std::mutex mu;
+    bool any = false;
+    int64_t last_iteration = 0;
+    std::shared_ptr<OpState> op;
+  };
+  Layer* find(uint32_t layer_id) const;
+
+  DataPlane& plane_;
+  mutable std::shared_mutex map_mu_;
+  std::map<uint32_t, std::unique_ptr<Layer>> layers_;
+};
+
+}  // namespace poseidon

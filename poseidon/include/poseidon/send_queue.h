@@ -1,0 +1,73 @@
+#pragma once
+// The send side of a node: a priority queue of frames and a small pool of
+// communication threads that write them.
+//
+// Note [send priority]: jobs are ordered by (iteration, layer, chunk):
+// an older iteration first, then the lower layer (needed first by the next
+// forward pass), then the lower chunk. Tensors are queued chunk by chunk, so
+// a layer pushed after a big one overtakes the big one's remaining chunks.
+// A thread only takes a job whose peer no other thread is writing to, so
+// threads never queue behind each other on a connection and each peer's
+// frames leave in priority order.
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "poseidon/peer.h"
+
+namespace poseidon {
+
+struct SendJob {
+  std::shared_ptr<Peer> peer;
+  FrameHeader header;             // type and key; sender fields filled by Peer
+  const void* payload = nullptr;  // borrowed: must stay valid until `done` runs
+  size_t bytes = 0;
+  // Runs once on a comm thread after the frame is written ("" ) or failed
+  // (the error, naming the peer), or on cancel_all (the reason). Must not
+  // throw and must not push to this queue.
+  std::function<void(const std::string& error)> done;
+};
+
+class SendQueue {
+ public:
+  // Starts `num_threads` comm threads; each write may take up to
+  // `io_timeout_ms` before it fails.
+  SendQueue(int num_threads, int io_timeout_ms);
+  ~SendQueue();  // stop()
+
+  // Queues a frame. Non-blocking, thread-safe. After cancel_all/stop the job
+  // is failed at once with the cancel reason (done runs on this thread).
+  void push(SendJob job);
+  // Fails every queued job with `reason` and refuses new ones. Frames being
+  // written finish or fail on their own. Thread-safe.
+  void cancel_all(const std::string& reason);
+  // cancel_all("send queue stopped") and join the threads. Idempotent.
+  void stop();
+  size_t queued() const;
+
+ private:
+  using Key = std::tuple<int64_t, uint32_t, uint32_t, uint64_t>;  // iteration, layer, chunk, seq
+  void run();
+
+  const int io_timeout_ms_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, SendJob> jobs_;
+  std::set<const Peer*> busy_;
+  uint64_t seq_ = 0;
+  bool cancelled_ = false;
+  bool stopping_ = false;
+  std::string cancel_reason_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace poseidon

@@ -1,0 +1,89 @@
+#pragma once
+// The transport: byte-stream connections between nodes, with a TCP
+// implementation and an in-process one for tests (same semantics: ordered,
+// reliable, bounded buffers, EOF after close). Frames, handshakes and every
+// algorithm live above this interface and run unchanged on both.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "poseidon/deadline.h"
+#include "poseidon/errors.h"
+
+namespace poseidon {
+
+class TransportError : public CommError {
+ public:
+  enum class Kind { kClosed, kReset, kRefused, kTimeout, kOther };
+  TransportError(Kind kind, const std::string& message) : CommError(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+// One end of a persistent, full-duplex connection.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // Writes `header_bytes` of `header` then `payload_bytes` of `payload`
+  // (null allowed when 0) without copying them into an intermediate buffer
+  // (TCP: one sendmsg with two iovecs). Blocks until every byte is handed to
+  // the transport or `deadline` passes (TransportError kTimeout). Buffers stay
+  // the caller's and are not used after return. One writer at a time: callers
+  // serialize (Peer holds a lock).
+  virtual void write_frame(const uint8_t* header, size_t header_bytes, const void* payload,
+                           size_t payload_bytes, Deadline deadline) = 0;
+  // Reads exactly `bytes` into `dst` (the caller's buffer, e.g. a registered
+  // gradient range). Blocks until done or `deadline`. One reader at a time.
+  // Throws TransportError: kClosed on EOF (the message says after how many
+  // of the expected bytes), kReset, kTimeout.
+  virtual void read_exact(void* dst, size_t bytes, Deadline deadline) = 0;
+  // Half-close: the peer reads EOF after the bytes already written. Reads
+  // continue to work. Thread-safe, idempotent.
+  virtual void close_write() = 0;
+  // Ends the connection both ways and wakes blocked reads and writes, which
+  // throw kClosed. Thread-safe, idempotent; the object stays valid.
+  virtual void shutdown() = 0;
+  // Address of the other end: "127.0.0.1:45678", "inproc://name#3".
+  virtual std::string remote_address() const = 0;
+};
+
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // Blocks until a connection arrives; returns nullptr once close() ran.
+  virtual std::unique_ptr<Connection> accept() = 0;
+  // Stops accepting and wakes accept(). Thread-safe, idempotent.
+  virtual void close() = 0;
+  // The bound address with the port resolved: "127.0.0.1:41234".
+  virtual std::string address() const = 0;
+};
+
+struct TransportOptions {
+  size_t socket_buffer_bytes = 0;  // TCP SO_SNDBUF/SO_RCVBUF; 0 keeps autotuning
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Binds and listens. TCP: "host:port" (port 0 picks a free port).
+  // In-process: "inproc://name", or "inproc://" for a fresh unique name.
+  // Throws TransportError when the address is taken or malformed.
+  virtual std::unique_ptr<Listener> listen(const std::string& address) = 0;
+  // Dials once, blocking until connected or `deadline`. Throws
+  // TransportError (kRefused when nobody listens there yet).
+  virtual std::unique_ptr<Connection> connect(const std::string& address, Deadline deadline) = 0;
+};
+
+// "tcp" or "inproc"; throws ConfigError for anything else. Thread-safe.
+std::unique_ptr<Transport> make_transport(const std::string& kind,
+                                          const TransportOptions& options = {});
+
+// Implementations (tcp_transport.cc, inproc_transport.cc).
+std::unique_ptr<Transport> make_tcp_transport(const TransportOptions& options);
+std::unique_ptr<Transport> make_inproc_transport();
+
+}  // namespace poseidon

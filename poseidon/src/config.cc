@@ -1,0 +1,71 @@
+#include "poseidon/config.h"
+
+#include <string>
+
+#include "poseidon/errors.h"
+
+namespace poseidon {
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::kCoordinator:
+      return "coordinator";
+    case Role::kServer:
+      return "server";
+    case Role::kWorker:
+      return "worker";
+  }
+  return "role?";
+}
+
+const char* scheme_name(Scheme scheme) { return scheme == Scheme::kSFB ? "SFB" : "PS"; }
+
+namespace {
+void require(bool ok, const std::string& what) {
+  if (!ok) throw ConfigError("invalid setting: " + what);
+}
+}  // namespace
+
+void Config::validate() const {
+  require(role == Role::kCoordinator || role == Role::kServer || role == Role::kWorker,
+          "role must be coordinator, server or worker");
+  require(num_workers >= 1 && num_workers <= kMaxNodesPerRole,
+          "num_workers=" + std::to_string(num_workers) + " (want 1.." +
+              std::to_string(kMaxNodesPerRole) + ")");
+  require(num_servers >= 1 && num_servers <= kMaxNodesPerRole,
+          "num_servers=" + std::to_string(num_servers) + " (want 1.." +
+              std::to_string(kMaxNodesPerRole) + ")");
+  if (role == Role::kWorker) {
+    require(rank >= 0 && rank < num_workers, "rank=" + std::to_string(rank) +
+                                                 " for a worker (want 0.." +
+                                                 std::to_string(num_workers - 1) + ")");
+  } else if (role == Role::kServer) {
+    require(rank >= 0 && rank < num_servers, "rank=" + std::to_string(rank) +
+                                                 " for a server (want 0.." +
+                                                 std::to_string(num_servers - 1) + ")");
+  }
+  require(!token.empty(),
+          "token is empty: every node of a cluster must share a secret token (POSEIDON_TOKEN)");
+  require(token.size() <= 256, "token longer than 256 bytes");
+  require(!coordinator.empty(), "coordinator address is empty");
+  require(transport == "tcp" || transport == "inproc",
+          "transport='" + transport + "' (want tcp or inproc)");
+  require(chunk_bytes >= 4 && chunk_bytes % 4 == 0,
+          "chunk_bytes=" + std::to_string(chunk_bytes) + " (want a positive multiple of 4)");
+  require(chunk_bytes <= max_frame_bytes,
+          "chunk_bytes=" + std::to_string(chunk_bytes) +
+              " exceeds max_frame_bytes=" + std::to_string(max_frame_bytes));
+  require(max_frame_bytes >= 4096,
+          "max_frame_bytes=" + std::to_string(max_frame_bytes) + " (want at least 4096)");
+  require(timeout_ms > 0, "timeout_ms=" + std::to_string(timeout_ms) + " (want > 0)");
+  require(heartbeat_interval_ms > 0, "heartbeat_interval_ms must be > 0");
+  require(heartbeat_timeout_ms > heartbeat_interval_ms,
+          "heartbeat_timeout_ms=" + std::to_string(heartbeat_timeout_ms) +
+              " must exceed heartbeat_interval_ms=" + std::to_string(heartbeat_interval_ms));
+  require(handshake_timeout_ms > 0, "handshake_timeout_ms must be > 0");
+  require(comm_threads >= 1 && comm_threads <= kMaxCommThreads,
+          "comm_threads=" + std::to_string(comm_threads) + " (want 1.." +
+              std::to_string(kMaxCommThreads) + ")");
+}
+
+}  // namespace poseidon

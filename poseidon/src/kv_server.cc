@@ -1,0 +1,388 @@
+#include "poseidon/kv_server.h"
+
+#include <limits>
+
+#include "poseidon/log.h"
+
+namespace poseidon {
+namespace {
+
+constexpr int64_t kNoIteration = std::numeric_limits<int64_t>::min();
+constexpr int kTeardownSendMs = 500;
+constexpr int kTeardownWaitMs = 2000;
+
+}  // namespace
+
+struct KVServer::ChunkSlot {
+  enum class Phase { kIdle, kAccumulating, kSending };
+  const LayerPlan* layer = nullptr;
+  uint32_t chunk = 0;
+  size_t floats = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<float> sum;
+  Phase phase = Phase::kIdle;
+  int64_t round_iteration = kNoIteration;
+  int64_t last_completed = kNoIteration;
+  std::vector<uint8_t> pushed;  // by worker rank, this round
+  std::vector<std::shared_ptr<Peer>> reply_to;
+  int arrived = 0;  // pushes read and summed
+  bool direct_claimed = false;
+  bool direct_busy = false;
+  int sends_left = 0;
+
+  std::string key() const {
+    return "layer " + std::to_string(layer->spec.layer_id) + " (" + layer->spec.name + ") chunk " +
+           std::to_string(chunk);
+  }
+};
+
+KVServer::KVServer(const Config& config) : config_(config) {
+  config_.validate();
+  if (config_.role != Role::kServer) throw ConfigError("KVServer needs role=server");
+  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes});
+  std::unique_ptr<Listener> listener = transport_->listen(config_.listen);
+  address_ = listener->address();
+  self_ = NodeId{Role::kServer, config_.rank, address_};
+  abort_ = std::make_shared<AbortSignal>();
+  queue_ = std::make_unique<SendQueue>(config_.comm_threads, config_.timeout_ms);
+  coord_ = std::make_unique<CoordinatorClient>(config_, *transport_, self_, abort_);
+  abort_->subscribe([this](const Failure& f) { on_abort(f); });
+  acceptor_ = std::make_unique<Acceptor>(
+      std::move(listener), self_, config_.token, config_.handshake_timeout_ms,
+      [this](const NodeId& id) { return admit(id); },
+      [this](std::unique_ptr<Connection> conn, const NodeId& id) { on_peer(std::move(conn), id); },
+      self_.str());
+}
+
+KVServer::~KVServer() {
+  if (!torn_down_) teardown(abort_->tripped());
+}
+
+ServerStats KVServer::stats() const {
+  return ServerStats{rounds_.load(), bytes_in_.load(), bytes_out_.load(), rejected_.load()};
+}
+
+void KVServer::abort(const std::string& reason) { abort_->trip(Failure{self_.str(), reason}); }
+
+std::string KVServer::admit(const NodeId& id) {
+  if (id.role != Role::kWorker) {
+    return std::string("a ") + role_name(id.role) + " cannot connect to a server shard";
+  }
+  if (id.rank < 0 || id.rank >= config_.num_workers) {
+    return "worker rank " + std::to_string(id.rank) + " out of range (" +
+           std::to_string(config_.num_workers) + " workers)";
+  }
+  return "";
+}
+
+void KVServer::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
+  auto peer = std::make_shared<Peer>(std::move(conn), self_, id,
+                                     Peer::Options{config_.max_frame_bytes, config_.timeout_ms});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (abort_->tripped()) return;
+    // Note [extra connections]: a worker's first connection is its link; a
+    // further one that proved the token is served too, but only the first
+    // one's loss counts as that worker's death.
+    peer->primary = primary_.emplace(id.rank, peer.get()).second;
+    peers_.push_back(peer);
+  }
+  if (config_.verbose) log_line(self_.str(), "connected to " + id.str());
+  std::weak_ptr<Peer> weak = peer;
+  auto scratch = std::make_shared<std::vector<float>>();
+  peer->start(
+      [this, weak, scratch](Peer&, const FrameHeader& h) {
+        std::shared_ptr<Peer> self_peer = weak.lock();
+        if (!self_peer) return;
+        if (h.type != FrameType::kPush) {
+          reject("unexpected " + frame_type_name(static_cast<uint16_t>(h.type)) +
+                 " at a server shard");
+        }
+        on_push(self_peer, h, *scratch);
+      },
+      [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
+}
+
+void KVServer::reject(const std::string& why) {
+  ++rejected_;
+  throw ProtocolError(self_.str() + " rejected the frame: " + why);
+}
+
+bool KVServer::wait_ready() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
+  cv_.wait_until(lock, deadline.time_point(), [&] { return ready_ || abort_->tripped(); });
+  if (ready_) return true;
+  if (!abort_->tripped()) {
+    throw TimeoutError(self_.str() + ": a push arrived but the plan did not come within " +
+                       std::to_string(config_.timeout_ms) + " ms");
+  }
+  return false;
+}
+
+void KVServer::build_slots(const Plan& plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  plan_ = plan;
+  for (const LayerPlan& lp : plan_.layers) {
+    LayerSlots ls;
+    ls.plan = &lp;
+    if (lp.scheme == Scheme::kPS) {
+      ls.by_chunk.assign(lp.num_chunks, nullptr);
+      for (uint32_t c = 0; c < lp.num_chunks; ++c) {
+        if (plan_.shard_of(lp, c) != config_.rank) continue;
+        auto slot = std::make_unique<ChunkSlot>();
+        slot->layer = &lp;
+        slot->chunk = c;
+        slot->floats = plan_.chunk_length(lp.spec.num_floats, c);
+        slot->sum.assign(slot->floats, 0.0f);  // allocated once, reused every round
+        slot->pushed.assign(static_cast<size_t>(plan_.num_workers), 0);
+        slot->reply_to.resize(static_cast<size_t>(plan_.num_workers));
+        ls.by_chunk[c] = slot.get();
+        slots_.push_back(std::move(slot));
+      }
+    }
+    layers_[lp.spec.layer_id] = std::move(ls);
+  }
+  ready_ = true;
+  cv_.notify_all();
+}
+
+void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
+                       std::vector<float>& scratch) {
+  if (!wait_ready()) return;  // aborted: teardown closes this connection
+  const NodeId& from = peer->remote();
+  const std::string push = "push from " + from.str() + " for layer " + std::to_string(h.layer) +
+                           " chunk " + std::to_string(h.chunk) + " iteration " +
+                           std::to_string(h.iteration);
+  auto lit = layers_.find(h.layer);  // layers_ is immutable once ready_
+  if (lit == layers_.end())
+    reject(push + ": layer " + std::to_string(h.layer) + " is not in the plan");
+  const LayerSlots& ls = lit->second;
+  if (ls.plan->scheme != Scheme::kPS)
+    reject(push + ": layer " + ls.plan->spec.name + " is synchronised by SFB, not by the servers");
+  if (h.chunk >= ls.plan->num_chunks) {
+    reject(push + ": chunk out of range (layer " + ls.plan->spec.name + " has " +
+           std::to_string(ls.plan->num_chunks) + " chunks)");
+  }
+  ChunkSlot* slot = ls.by_chunk[h.chunk];
+  if (slot == nullptr) {
+    reject(push + ": that chunk belongs to server " +
+           std::to_string(plan_.shard_of(*ls.plan, h.chunk)) + ", not server " +
+           std::to_string(config_.rank));
+  }
+  const uint64_t want = uint64_t{slot->floats} * 4;
+  if (h.payload_bytes != want) {
+    reject(push + ": size mismatch: " + std::to_string(h.payload_bytes) + " bytes, the chunk is " +
+           std::to_string(want) + " bytes (" + std::to_string(slot->floats) + " floats)");
+  }
+  const size_t rank = static_cast<size_t>(from.rank);
+  const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
+  bool direct = false;
+  {
+    std::unique_lock<std::mutex> lock(slot->mu);
+    // The next round's first push may arrive while this round's sums are
+    // still being written (from the same buffer): wait for them.
+    slot->cv.wait_until(lock, deadline.time_point(), [&] {
+      return abort_->tripped() || !(slot->phase == ChunkSlot::Phase::kSending &&
+                                    h.iteration == slot->round_iteration + 1);
+    });
+    if (abort_->tripped()) return;
+    if (slot->phase == ChunkSlot::Phase::kSending) {
+      if (h.iteration == slot->round_iteration + 1) {
+        throw TimeoutError(self_.str() + ": " + push + " waited " +
+                           std::to_string(config_.timeout_ms) + " ms for the sums of iteration " +
+                           std::to_string(slot->round_iteration) + " to be sent");
+      }
+      reject(push + ": iteration mismatch: the round of iteration " +
+             std::to_string(slot->round_iteration) + " is being answered");
+    }
+    if (slot->phase == ChunkSlot::Phase::kAccumulating && h.iteration != slot->round_iteration) {
+      reject(push + ": iteration mismatch: the round in progress is iteration " +
+             std::to_string(slot->round_iteration));
+    }
+    if (slot->phase == ChunkSlot::Phase::kIdle) {
+      if (slot->last_completed != kNoIteration && h.iteration != slot->last_completed + 1) {
+        reject(push + ": iteration mismatch: expected iteration " +
+               std::to_string(slot->last_completed + 1) + " (iteration " +
+               std::to_string(slot->last_completed) + " was the last completed)");
+      }
+      slot->phase = ChunkSlot::Phase::kAccumulating;
+      slot->round_iteration = h.iteration;
+      std::fill(slot->pushed.begin(), slot->pushed.end(), 0);
+      slot->arrived = 0;
+      slot->direct_claimed = false;
+    }
+    if (slot->pushed[rank]) reject(push + ": duplicate push from " + from.str() + " in this round");
+    slot->pushed[rank] = 1;
+    slot->reply_to[rank] = peer;
+    direct = !slot->direct_claimed;
+    if (direct) slot->direct_claimed = slot->direct_busy = true;
+  }
+  float* dst = slot->sum.data();
+  if (!direct) {
+    if (scratch.size() < slot->floats) scratch.resize(slot->floats);
+    dst = scratch.data();
+  }
+  peer->read_payload(dst, slot->floats * 4);
+  bytes_in_ += slot->floats * 4;
+  std::vector<SendJob> replies;
+  {
+    std::unique_lock<std::mutex> lock(slot->mu);
+    if (direct) {
+      slot->direct_busy = false;
+      slot->cv.notify_all();
+    } else {
+      slot->cv.wait_until(lock, deadline.time_point(),
+                          [&] { return abort_->tripped() || !slot->direct_busy; });
+      if (abort_->tripped()) return;
+      if (slot->direct_busy) {
+        throw TimeoutError(self_.str() + ": " + push + " waited " +
+                           std::to_string(config_.timeout_ms) +
+                           " ms for the first push of the round to be read");
+      }
+      float* sum = slot->sum.data();
+      const float* add = scratch.data();
+      for (size_t i = 0; i < slot->floats; ++i) sum[i] += add[i];
+    }
+    if (++slot->arrived < plan_.num_workers) return;
+    slot->phase = ChunkSlot::Phase::kSending;
+    slot->sends_left = plan_.num_workers;
+    for (size_t r = 0; r < slot->reply_to.size(); ++r) {
+      SendJob job;
+      job.peer = slot->reply_to[r];
+      job.header.type = FrameType::kPullReply;
+      job.header.layer = h.layer;
+      job.header.chunk = h.chunk;
+      job.header.iteration = slot->round_iteration;
+      job.payload = slot->sum.data();
+      job.bytes = slot->floats * 4;
+      const NodeId to = job.peer->remote();
+      job.done = [this, slot, to](const std::string& err) { reply_done(slot, err, to); };
+      replies.push_back(std::move(job));
+    }
+  }
+  for (SendJob& job : replies) queue_->push(std::move(job));
+}
+
+void KVServer::reply_done(ChunkSlot* slot, const std::string& error, const NodeId& to) {
+  if (!error.empty()) {
+    abort_->trip(Failure{to.str(), self_.str() + " could not send the sum of " + slot->key() +
+                                       " iteration " + std::to_string(slot->round_iteration) +
+                                       " to " + to.str() + ": " + error});
+    return;
+  }
+  bytes_out_ += slot->floats * 4;
+  std::lock_guard<std::mutex> lock(slot->mu);
+  if (--slot->sends_left > 0) return;
+  slot->last_completed = slot->round_iteration;
+  slot->phase = ChunkSlot::Phase::kIdle;
+  std::fill(slot->reply_to.begin(), slot->reply_to.end(), nullptr);
+  ++rounds_;
+  slot->cv.notify_all();
+}
+
+std::string KVServer::pending_summary() const {
+  std::lock_guard<std::mutex> outer(mu_);
+  std::string out;
+  int shown = 0;
+  for (const auto& slot : slots_) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    if (slot->phase == ChunkSlot::Phase::kIdle) continue;
+    if (++shown > 4) {
+      out += "; ...";
+      break;
+    }
+    std::string missing;
+    for (size_t r = 0; r < slot->pushed.size(); ++r) {
+      if (!slot->pushed[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    }
+    out += (out.empty() ? "" : "; ") + slot->key() + " iteration " +
+           std::to_string(slot->round_iteration) + ": " +
+           (slot->phase == ChunkSlot::Phase::kSending
+                ? std::string("sums being sent")
+                : std::to_string(slot->arrived) + " of " + std::to_string(slot->pushed.size()) +
+                      " pushes, waiting for worker(s) " + missing);
+  }
+  return out.empty() ? "no round in progress at this shard" : "rounds in progress: " + out;
+}
+
+void KVServer::on_closed(Peer& peer, const std::string& reason, bool clean) {
+  if (coord_->shutdown_received() || abort_->tripped()) return;
+  if (!clean)
+    log_line(self_.str(), "dropped connection from " + peer.remote().str() + " [" +
+                              peer.remote_address() + "]: " + reason);
+  if (peer.primary && !clean) {
+    abort_->trip(Failure{peer.remote().str(), peer.remote().str() + " is gone (seen by " +
+                                                  self_.str() + "): " + reason + "; " +
+                                                  pending_summary()});
+  }
+}
+
+void KVServer::on_abort(const Failure& f) {
+  queue_->cancel_all("aborted: " + f.reason);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  for (const auto& slot : slots_) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->cv.notify_all();
+  }
+}
+
+void KVServer::run() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ran_) throw ConfigError("KVServer::run called twice");
+    ran_ = true;
+  }
+  acceptor_->start();
+  try {
+    coord_->connect(Deadline::after_ms(config_.timeout_ms));
+    build_slots(coord_->wait_plan(Deadline::after_ms(config_.timeout_ms)));
+    if (config_.verbose)
+      log_line(self_.str(), "serving " + std::to_string(slots_.size()) + " chunks");
+  } catch (const TimeoutError& e) {
+    abort_->trip(Failure{self_.str(), e.what()});
+  } catch (const PeerFailure&) {
+    // abort_ already tripped: reported below
+  } catch (const std::exception& e) {
+    abort_->trip(Failure{self_.str(), self_.str() + ": " + e.what()});
+  }
+  coord_->wait_shutdown(Deadline::never());
+  const bool aborted = abort_->tripped();
+  const std::string pending = pending_summary();
+  teardown(aborted);
+  if (aborted) {
+    const Failure f = abort_->failure();
+    throw PeerFailure(self_.str() + ": job aborted: " + f.reason + " [" + pending + "]", f.peer, -1,
+                      -1);
+  }
+}
+
+void KVServer::teardown(bool aborted) {
+  torn_down_ = true;
+  acceptor_->stop();
+  std::vector<std::shared_ptr<Peer>> peers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    peers = peers_;
+  }
+  const Failure f = abort_->failure();
+  for (const auto& p : peers) {
+    if (aborted) {
+      p->try_send_message(FrameType::kAbort, encode_failure(f), kTeardownSendMs);
+    } else {
+      p->close_gracefully(kTeardownSendMs);
+    }
+  }
+  const Deadline deadline = Deadline::after_ms(kTeardownWaitMs);
+  for (const auto& p : peers) p->wait_stopped(deadline);
+  for (const auto& p : peers) p->shutdown();
+  queue_->stop();
+  coord_->close();
+  abort_->seal(Failure{self_.str(), "server stopped"});
+}
+
+}  // namespace poseidon

@@ -1,0 +1,156 @@
+#include "poseidon/kv_worker.h"
+
+namespace poseidon {
+
+KVWorker::Layer* KVWorker::find(uint32_t layer_id) const {
+  std::shared_lock<std::shared_mutex> lock(map_mu_);
+  auto it = layers_.find(layer_id);
+  return it == layers_.end() ? nullptr : it->second.get();
+}
+
+bool KVWorker::registered(uint32_t layer_id) const { return find(layer_id) != nullptr; }
+
+void KVWorker::register_layer(uint32_t layer_id, float* grad, size_t num_floats) {
+  const LayerPlan* lp = plane_.plan.find(layer_id);
+  const std::string who = plane_.self.str() + ": register_layer(" + std::to_string(layer_id) + ")";
+  if (lp == nullptr) throw ConfigError(who + ": layer is not in the plan");
+  if (lp->scheme != Scheme::kPS) {
+    throw ConfigError(who + ": layer " + lp->spec.name +
+                      " is synchronised by SFB in the plan; use register_sfb_layer");
+  }
+  if (num_floats != lp->spec.num_floats) {
+    throw ConfigError(who + ": buffer of " + std::to_string(num_floats) + " floats, but layer " +
+                      lp->spec.name + " was declared with " + std::to_string(lp->spec.num_floats));
+  }
+  if (grad == nullptr && num_floats > 0) throw ConfigError(who + ": null buffer");
+  auto layer = std::make_unique<Layer>();
+  layer->plan = lp;
+  layer->data = grad;
+  layer->counters = &plane_.counters->get(layer_id);
+  std::unique_lock<std::shared_mutex> lock(map_mu_);
+  if (!layers_.emplace(layer_id, std::move(layer)).second) {
+    throw ConfigError(who + ": layer registered twice");
+  }
+}
+
+Handle KVWorker::push_pull(uint32_t layer_id, int64_t iteration) {
+  Layer* layer = find(layer_id);
+  const std::string what = "push_pull of layer " + std::to_string(layer_id) +
+                           (layer ? " (" + layer->plan->spec.name + ")" : "") + " iteration " +
+                           std::to_string(iteration);
+  if (layer == nullptr) {
+    throw ConfigError(plane_.self.str() + ": " + what + ": layer not registered (register_layer)");
+  }
+  plane_.check_abort(what, layer_id, iteration);
+  const Plan& plan = plane_.plan;
+  const LayerPlan& lp = *layer->plan;
+  std::shared_ptr<OpState> op;
+  {
+    std::lock_guard<std::mutex> lock(layer->mu);
+    if (layer->op && !layer->op->finished()) {
+      throw ConfigError(plane_.self.str() + ": " + what + " while iteration " +
+                        std::to_string(layer->op->iteration()) +
+                        " is still in flight (wait for its handle first)");
+    }
+    if (layer->any && iteration != layer->last_iteration + 1) {
+      throw ConfigError(plane_.self.str() + ": " + what + " follows iteration " +
+                        std::to_string(layer->last_iteration) +
+                        ": a layer's iterations must be consecutive");
+    }
+    std::vector<std::string> sources(lp.num_chunks);
+    for (uint32_t c = 0; c < lp.num_chunks; ++c) {
+      sources[c] = plane_.servers[static_cast<size_t>(plan.shard_of(lp, c))]->remote().str();
+    }
+    op = std::make_shared<OpState>(what, layer_id, iteration, "chunks", std::move(sources),
+                                   lp.num_chunks, plane_.abort, plane_.self.str());
+    layer->op = op;
+    layer->any = true;
+    layer->last_iteration = iteration;
+  }
+  plane_.coord->set_progress(iteration, layer_id);
+  for (uint32_t c = 0; c < lp.num_chunks; ++c) {
+    const size_t len = plan.chunk_length(lp.spec.num_floats, c);
+    SendJob job;
+    job.peer = plane_.servers[static_cast<size_t>(plan.shard_of(lp, c))];
+    job.header.type = FrameType::kPush;
+    job.header.layer = layer_id;
+    job.header.chunk = c;
+    job.header.iteration = iteration;
+    job.payload = layer->data + plan.chunk_offset(c);
+    job.bytes = len * 4;
+    LayerCounters* counters = layer->counters;
+    std::shared_ptr<AbortSignal> abort = plane_.abort;
+    const std::string to = job.peer->remote().str();
+    job.done = [op, counters, abort, to, what, c, bytes = job.bytes](const std::string& err) {
+      if (!err.empty()) {
+        abort->trip(Failure{
+            to, what + ": sending chunk " + std::to_string(c) + " to " + to + " failed: " + err});
+        return;
+      }
+      counters->bytes_sent += bytes;
+      op->send_done();
+    };
+    plane_.queue->push(std::move(job));
+  }
+  return Handle(op);
+}
+
+void KVWorker::on_reply(Peer& from, const FrameHeader& h) {
+  const std::string reply = "sum from " + from.remote().str() + " for layer " +
+                            std::to_string(h.layer) + " chunk " + std::to_string(h.chunk) +
+                            " iteration " + std::to_string(h.iteration);
+  Layer* layer = find(h.layer);
+  if (layer == nullptr) throw ProtocolError(reply + ": layer not registered here");
+  const Plan& plan = plane_.plan;
+  const LayerPlan& lp = *layer->plan;
+  std::shared_ptr<OpState> op;
+  {
+    std::lock_guard<std::mutex> lock(layer->mu);
+    op = layer->op;
+  }
+  if (!op || op->iteration() != h.iteration || op->finished()) {
+    throw ProtocolError(reply + ": no push of that iteration is pending (last push_pull: " +
+                        (op ? "iteration " + std::to_string(op->iteration()) : "none") + ")");
+  }
+  if (h.chunk >= lp.num_chunks) {
+    throw ProtocolError(reply + ": chunk out of range (" + std::to_string(lp.num_chunks) +
+                        " chunks)");
+  }
+  if (plan.shard_of(lp, h.chunk) != from.remote().rank) {
+    throw ProtocolError(reply + ": that chunk belongs to server " +
+                        std::to_string(plan.shard_of(lp, h.chunk)));
+  }
+  const size_t len = plan.chunk_length(lp.spec.num_floats, h.chunk);
+  if (h.payload_bytes != uint64_t{len} * 4) {
+    throw ProtocolError(reply + ": size mismatch: " + std::to_string(h.payload_bytes) +
+                        " bytes, the chunk is " + std::to_string(len * 4));
+  }
+  if (op->is_piece_done(h.chunk)) throw ProtocolError(reply + ": duplicate");
+  // Straight into the caller's range: our push of this chunk has been
+  // written in full (the shard answers only after reading every push).
+  from.read_payload(layer->data + plan.chunk_offset(h.chunk), len * 4);
+  layer->counters->bytes_received += len * 4;
+  op->piece_done(h.chunk);
+}
+
+void KVWorker::fail_all(const Failure& failure) {
+  std::shared_lock<std::shared_mutex> lock(map_mu_);
+  for (auto& [id, layer] : layers_) {
+    std::lock_guard<std::mutex> l(layer->mu);
+    if (layer->op) layer->op->fail(failure);
+  }
+}
+
+std::string KVWorker::pending() const {
+  std::shared_lock<std::shared_mutex> lock(map_mu_);
+  std::string out;
+  for (auto& [id, layer] : layers_) {
+    std::lock_guard<std::mutex> l(layer->mu);
+    if (layer->op && !layer->op->finished()) {
+      out += (out.empty() ? "" : "; ") + layer->op->what();
+    }
+  }
+  return out;
+}
+
+}  // namespace poseidon

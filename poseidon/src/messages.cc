@@ -1,0 +1,194 @@
+#include "poseidon/messages.h"
+
+#include "poseidon/errors.h"
+#include "poseidon/wire.h"
+
+namespace poseidon {
+namespace {
+
+// Smallest encoding of one LayerSpec: id, name length, kind, force, m, n, k, num_floats.
+constexpr size_t kMinLayerSpecBytes = 4 + 4 + 1 + 1 + 8 * 4;
+
+void put_spec(ByteWriter& w, const LayerSpec& s) {
+  w.u32(s.layer_id);
+  w.str(s.name);
+  w.u8(static_cast<uint8_t>(s.kind));
+  w.u8(static_cast<uint8_t>(s.force));
+  w.u64(s.m);
+  w.u64(s.n);
+  w.u64(s.k);
+  w.u64(s.num_floats);
+}
+
+LayerSpec get_spec(ByteReader& r) {
+  LayerSpec s;
+  s.layer_id = r.u32();
+  s.name = r.str(kMaxNameBytes);
+  const uint8_t kind = r.u8();
+  if (kind < 1 || kind > 3)
+    throw ProtocolError("layer spec: unknown layer kind " + std::to_string(kind));
+  s.kind = static_cast<LayerKind>(kind);
+  const uint8_t force = r.u8();
+  if (force > 2) throw ProtocolError("layer spec: unknown scheme choice " + std::to_string(force));
+  s.force = static_cast<SchemeChoice>(force);
+  s.m = r.u64();
+  s.n = r.u64();
+  s.k = r.u64();
+  s.num_floats = r.u64();
+  return s;
+}
+
+std::vector<std::string> get_strings(ByteReader& r, size_t max_bytes) {
+  const size_t n = r.count(4);
+  std::vector<std::string> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(r.str(max_bytes));
+  return out;
+}
+
+void put_strings(ByteWriter& w, const std::vector<std::string>& v) {
+  w.u32(static_cast<uint32_t>(v.size()));
+  for (const std::string& s : v) w.str(s);
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_hello(const Hello& m) {
+  ByteWriter w;
+  w.str(m.token);
+  w.str(m.address);
+  return w.take();
+}
+
+Hello decode_hello(const uint8_t* data, size_t size) {
+  ByteReader r(data, size, "HELLO");
+  Hello m;
+  m.token = r.str(kMaxTokenBytes);
+  m.address = r.str(kMaxAddressBytes);
+  r.expect_end();
+  return m;
+}
+
+std::vector<uint8_t> encode_address_book(const AddressBook& m) {
+  ByteWriter w;
+  put_strings(w, m.workers);
+  put_strings(w, m.servers);
+  return w.take();
+}
+
+AddressBook decode_address_book(const uint8_t* data, size_t size) {
+  ByteReader r(data, size, "ADDRESS_BOOK");
+  AddressBook m;
+  m.workers = get_strings(r, kMaxAddressBytes);
+  m.servers = get_strings(r, kMaxAddressBytes);
+  r.expect_end();
+  return m;
+}
+
+std::vector<uint8_t> encode_layer_specs(const std::vector<LayerSpec>& m) {
+  ByteWriter w;
+  w.u32(static_cast<uint32_t>(m.size()));
+  for (const LayerSpec& s : m) put_spec(w, s);
+  return w.take();
+}
+
+std::vector<LayerSpec> decode_layer_specs(const uint8_t* data, size_t size) {
+  ByteReader r(data, size, "PLAN_REQUEST");
+  const size_t n = r.count(kMinLayerSpecBytes);
+  std::vector<LayerSpec> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(get_spec(r));
+  r.expect_end();
+  return out;
+}
+
+std::vector<uint8_t> encode_plan(const Plan& m) {
+  ByteWriter w;
+  w.u32(static_cast<uint32_t>(m.num_workers));
+  w.u32(static_cast<uint32_t>(m.num_servers));
+  w.u64(m.chunk_bytes);
+  w.u32(static_cast<uint32_t>(m.layers.size()));
+  for (const LayerPlan& l : m.layers) {
+    put_spec(w, l.spec);
+    w.u8(static_cast<uint8_t>(l.scheme));
+  }
+  return w.take();
+}
+
+Plan decode_plan(const uint8_t* data, size_t size) {
+  ByteReader r(data, size, "PLAN");
+  const uint32_t p1 = r.u32();
+  const uint32_t p2 = r.u32();
+  const uint64_t chunk_bytes = r.u64();
+  if (p1 < 1 || p1 > kMaxNodesPerRole || p2 < 1 || p2 > kMaxNodesPerRole) {
+    throw ProtocolError("PLAN: " + std::to_string(p1) + " workers, " + std::to_string(p2) +
+                        " servers");
+  }
+  if (chunk_bytes < 4 || chunk_bytes % 4 != 0 || chunk_bytes > (uint64_t{1} << 40)) {
+    throw ProtocolError("PLAN: chunk_bytes=" + std::to_string(chunk_bytes));
+  }
+  const size_t n = r.count(kMinLayerSpecBytes + 1);
+  std::vector<LayerSpec> specs;
+  std::vector<Scheme> schemes;
+  for (size_t i = 0; i < n; ++i) {
+    specs.push_back(get_spec(r));
+    const uint8_t scheme = r.u8();
+    if (scheme != 1 && scheme != 2)
+      throw ProtocolError("PLAN: unknown scheme " + std::to_string(scheme));
+    schemes.push_back(static_cast<Scheme>(scheme));
+  }
+  r.expect_end();
+  try {
+    return assemble_plan(specs, schemes, static_cast<int>(p1), static_cast<int>(p2),
+                         static_cast<size_t>(chunk_bytes));
+  } catch (const ConfigError& e) {
+    throw ProtocolError(std::string("PLAN: ") + e.what());
+  }
+}
+
+std::vector<uint8_t> encode_failure(const Failure& m) {
+  ByteWriter w;
+  w.str(m.peer);
+  w.str(m.reason);
+  return w.take();
+}
+
+Failure decode_failure(const uint8_t* data, size_t size) {
+  ByteReader r(data, size, "FAILURE");
+  Failure m;
+  m.peer = r.str(kMaxAddressBytes + kMaxNameBytes);
+  m.reason = r.str(kMaxReasonBytes);
+  r.expect_end();
+  return m;
+}
+
+std::vector<uint8_t> encode_progress(const Progress& m) {
+  ByteWriter w;
+  w.i64(m.iteration);
+  w.i64(m.layer);
+  return w.take();
+}
+
+Progress decode_progress(const uint8_t* data, size_t size) {
+  ByteReader r(data, size, "HEARTBEAT");
+  Progress m;
+  m.iteration = r.i64();
+  m.layer = r.i64();
+  r.expect_end();
+  return m;
+}
+
+std::vector<uint8_t> encode_text(const std::string& text) {
+  ByteWriter w;
+  w.str(text.size() > kMaxReasonBytes ? text.substr(0, kMaxReasonBytes) : text);
+  return w.take();
+}
+
+std::string decode_text(const uint8_t* data, size_t size) {
+  ByteReader r(data, size, "text");
+  std::string s = r.str(kMaxReasonBytes);
+  r.expect_end();
+  return s;
+}
+
+}  // namespace poseidon

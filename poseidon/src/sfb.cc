@@ -1,0 +1,268 @@
+#include "poseidon/sfb.h"
+
+#include <cstring>
+#include <limits>
+
+namespace poseidon {
+namespace {
+constexpr uint64_t kUnknown = std::numeric_limits<uint64_t>::max();
+}  // namespace
+
+SFBroadcaster::Layer* SFBroadcaster::find(uint32_t layer_id) const {
+  std::shared_lock<std::shared_mutex> lock(map_mu_);
+  auto it = layers_.find(layer_id);
+  return it == layers_.end() ? nullptr : it->second.get();
+}
+
+bool SFBroadcaster::registered(uint32_t layer_id) const { return find(layer_id) != nullptr; }
+
+SFBroadcaster::Slot& SFBroadcaster::slot_for(Layer& layer, int64_t iteration) {
+  return layer.slots[static_cast<uint64_t>(iteration) & 1u];
+}
+
+void SFBroadcaster::reset_slot(Slot& slot, int64_t iteration) const {
+  slot.iteration = iteration;
+  slot.used = true;
+  std::fill(slot.total.begin(), slot.total.end(), kUnknown);
+  for (auto& g : slot.got) std::fill(g.begin(), g.end(), 0);
+  std::fill(slot.chunks_left.begin(), slot.chunks_left.end(), 0);
+}
+
+bool SFBroadcaster::rank_complete(const Slot& slot, size_t rank) const {
+  return slot.total[rank] != kUnknown && slot.chunks_left[rank] == 0;
+}
+
+void SFBroadcaster::register_layer(uint32_t layer_id, size_t max_floats) {
+  const std::string who =
+      plane_.self.str() + ": register_sfb_layer(" + std::to_string(layer_id) + ")";
+  const LayerPlan* lp = plane_.plan.find(layer_id);
+  if (lp == nullptr) throw ConfigError(who + ": layer is not in the plan");
+  if (lp->scheme != Scheme::kSFB) {
+    throw ConfigError(who + ": layer " + lp->spec.name +
+                      " is synchronised by the PS in the plan; use register_layer");
+  }
+  const size_t p1 = static_cast<size_t>(plane_.plan.num_workers);
+  auto layer = std::make_unique<Layer>();
+  layer->plan = lp;
+  layer->max_floats = max_floats;
+  layer->max_chunks = count_chunks(max_floats, plane_.plan.chunk_floats());
+  layer->counters = &plane_.counters->get(layer_id);
+  for (Slot& s : layer->slots) {
+    s.buffers.assign(p1, std::vector<float>(max_floats));
+    s.total.assign(p1, kUnknown);
+    s.got.assign(p1, std::vector<uint8_t>(layer->max_chunks, 0));
+    s.chunks_left.assign(p1, 0);
+  }
+  {
+    std::unique_lock<std::shared_mutex> lock(map_mu_);
+    if (!layers_.emplace(layer_id, std::move(layer)).second) {
+      throw ConfigError(who + ": layer registered twice");
+    }
+  }
+  registered_cv_.notify_all();
+}
+
+SFBroadcaster::Layer* SFBroadcaster::wait_registered(uint32_t layer_id, const std::string& what) {
+  std::shared_lock<std::shared_mutex> lock(map_mu_);
+  const Deadline deadline = Deadline::after_ms(plane_.timeout_ms);
+  // Wake now and then to notice an abort (it does not signal this cv).
+  while (!layers_.count(layer_id)) {
+    if (plane_.abort->tripped()) return nullptr;
+    if (deadline.expired()) {
+      throw TimeoutError(plane_.self.str() + ": " + what + ": layer " + std::to_string(layer_id) +
+                         " was not registered here (register_sfb_layer) within " +
+                         std::to_string(plane_.timeout_ms) + " ms");
+    }
+    registered_cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  return layers_.at(layer_id).get();
+}
+
+Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const float* send,
+                                size_t num_floats) {
+  Layer* layer = find(layer_id);
+  const std::string what = "allgather of layer " + std::to_string(layer_id) +
+                           (layer ? " (" + layer->plan->spec.name + ")" : "") + " iteration " +
+                           std::to_string(iteration);
+  const std::string me = plane_.self.str();
+  if (layer == nullptr) throw ConfigError(me + ": " + what + ": layer not registered");
+  plane_.check_abort(what, layer_id, iteration);
+  if (num_floats > layer->max_floats) {
+    throw ConfigError(me + ": " + what + ": factor of " + std::to_string(num_floats) +
+                      " floats exceeds the registered maximum of " +
+                      std::to_string(layer->max_floats));
+  }
+  if (send == nullptr && num_floats > 0) throw ConfigError(me + ": " + what + ": null buffer");
+  const size_t p1 = static_cast<size_t>(plane_.plan.num_workers);
+  const size_t rank = static_cast<size_t>(plane_.self.rank);
+  const uint32_t chunks = count_chunks(num_floats, plane_.plan.chunk_floats());
+  std::shared_ptr<OpState> op;
+  const float* own = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(layer->mu);
+    if (layer->op && !layer->op->finished()) {
+      throw ConfigError(me + ": " + what + " while iteration " +
+                        std::to_string(layer->op->iteration()) + " is still in flight");
+    }
+    if (layer->any && iteration != layer->current + 1) {
+      throw ConfigError(me + ": " + what + " follows iteration " + std::to_string(layer->current) +
+                        ": a layer's iterations must be consecutive");
+    }
+    Slot& slot = slot_for(*layer, iteration);
+    if (!slot.used || slot.iteration != iteration) reset_slot(slot, iteration);
+    // Our own factor is copied into our slot and sent from there, so the
+    // caller may reuse `send` as soon as this returns.
+    if (num_floats > 0) std::memcpy(slot.buffers[rank].data(), send, num_floats * 4);
+    slot.total[rank] = num_floats;
+    slot.chunks_left[rank] = 0;
+    own = slot.buffers[rank].data();
+    std::vector<std::string> sources(p1);
+    for (size_t r = 0; r < p1; ++r) {
+      sources[r] = r == rank ? me : plane_.workers[r]->remote().str();
+    }
+    op = std::make_shared<OpState>(what, layer_id, iteration, "factors of rank", std::move(sources),
+                                   uint64_t{chunks} * (p1 - 1), plane_.abort, me);
+    for (size_t r = 0; r < p1; ++r) {
+      if (rank_complete(slot, r)) op->piece_done(r);
+    }
+    layer->op = op;
+    layer->any = true;
+    layer->current = iteration;
+  }
+  plane_.coord->set_progress(iteration, layer_id);
+  for (size_t r = 0; r < p1; ++r) {
+    if (r == rank) continue;
+    for (uint32_t c = 0; c < chunks; ++c) {
+      SendJob job;
+      job.peer = plane_.workers[r];
+      job.header.type = FrameType::kFactor;
+      job.header.layer = layer_id;
+      job.header.chunk = c;
+      job.header.iteration = iteration;
+      job.header.total_floats = num_floats;
+      job.payload = own + plane_.plan.chunk_offset(c);
+      job.bytes = plane_.plan.chunk_length(num_floats, c) * 4;
+      LayerCounters* counters = layer->counters;
+      std::shared_ptr<AbortSignal> abort = plane_.abort;
+      const std::string to = job.peer->remote().str();
+      job.done = [op, counters, abort, to, what, bytes = job.bytes](const std::string& err) {
+        if (!err.empty()) {
+          abort->trip(Failure{to, what + ": sending the factor to " + to + " failed: " + err});
+          return;
+        }
+        counters->bytes_sent += bytes;
+        op->send_done();
+      };
+      plane_.queue->push(std::move(job));
+    }
+  }
+  return Handle(op);
+}
+
+FactorView SFBroadcaster::factor(uint32_t layer_id, int64_t iteration, int rank) const {
+  Layer* layer = find(layer_id);
+  const std::string what = plane_.self.str() + ": factor of worker " + std::to_string(rank) +
+                           " for layer " + std::to_string(layer_id) + " iteration " +
+                           std::to_string(iteration);
+  if (layer == nullptr) throw ConfigError(what + ": layer not registered");
+  if (rank < 0 || rank >= plane_.plan.num_workers) throw ConfigError(what + ": no such rank");
+  std::lock_guard<std::mutex> lock(layer->mu);
+  const Slot& slot = layer->slots[static_cast<uint64_t>(iteration) & 1u];
+  if (!slot.used || slot.iteration != iteration) {
+    throw ConfigError(what + ": not available (that slot holds iteration " +
+                      (slot.used ? std::to_string(slot.iteration) : std::string("none")) + ")");
+  }
+  if (!rank_complete(slot, static_cast<size_t>(rank))) {
+    throw ConfigError(what + ": has not arrived yet (wait for the allgather handle)");
+  }
+  const size_t r = static_cast<size_t>(rank);
+  return FactorView{slot.buffers[r].data(), static_cast<size_t>(slot.total[r])};
+}
+
+void SFBroadcaster::on_factor(Peer& from, const FrameHeader& h) {
+  const size_t j = static_cast<size_t>(from.remote().rank);
+  const std::string what = "factor from " + from.remote().str() + " for layer " +
+                           std::to_string(h.layer) + " chunk " + std::to_string(h.chunk) +
+                           " iteration " + std::to_string(h.iteration);
+  Layer* layer = wait_registered(h.layer, what);
+  if (layer == nullptr) return;  // aborted
+  const Plan& plan = plane_.plan;
+  float* dst = nullptr;
+  size_t len = 0;
+  Slot* slot = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(layer->mu);
+    if (layer->any && h.iteration != layer->current && h.iteration != layer->current + 1) {
+      throw ProtocolError(what + ": iteration mismatch: this worker is at iteration " +
+                          std::to_string(layer->current));
+    }
+    slot = &slot_for(*layer, h.iteration);
+    if (!slot->used || slot->iteration != h.iteration) {
+      if ((slot->used && slot->iteration > h.iteration) || slot->inflight > 0) {
+        throw ProtocolError(what + ": stale (that slot holds iteration " +
+                            std::to_string(slot->iteration) + ")");
+      }
+      reset_slot(*slot, h.iteration);
+    }
+    if (slot->total[j] == kUnknown) {
+      if (h.total_floats > layer->max_floats) {
+        throw ProtocolError(what + ": factor of " + std::to_string(h.total_floats) +
+                            " floats exceeds the maximum of " + std::to_string(layer->max_floats) +
+                            " registered here");
+      }
+      slot->total[j] = h.total_floats;
+      slot->chunks_left[j] = count_chunks(h.total_floats, plan.chunk_floats());
+    } else if (slot->total[j] != h.total_floats) {
+      throw ProtocolError(what + ": announces " + std::to_string(h.total_floats) +
+                          " floats, an earlier chunk announced " + std::to_string(slot->total[j]));
+    }
+    const uint32_t chunks = count_chunks(slot->total[j], plan.chunk_floats());
+    if (h.chunk >= chunks) {
+      throw ProtocolError(what + ": chunk out of range (" + std::to_string(chunks) + " chunks)");
+    }
+    len = plan.chunk_length(slot->total[j], h.chunk);
+    if (h.payload_bytes != uint64_t{len} * 4) {
+      throw ProtocolError(what + ": size mismatch: " + std::to_string(h.payload_bytes) +
+                          " bytes, the chunk is " + std::to_string(len * 4));
+    }
+    if (slot->got[j][h.chunk]) throw ProtocolError(what + ": duplicate");
+    slot->got[j][h.chunk] = 1;
+    ++slot->inflight;
+    dst = slot->buffers[j].data() + plan.chunk_offset(h.chunk);
+  }
+  try {
+    from.read_payload(dst, len * 4);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(layer->mu);
+    --slot->inflight;
+    throw;
+  }
+  layer->counters->bytes_received += len * 4;
+  std::lock_guard<std::mutex> lock(layer->mu);
+  --slot->inflight;
+  if (--slot->chunks_left[j] == 0 && layer->op && layer->op->iteration() == h.iteration) {
+    layer->op->piece_done(j);
+  }
+}
+
+void SFBroadcaster::fail_all(const Failure& failure) {
+  std::shared_lock<std::shared_mutex> lock(map_mu_);
+  for (auto& [id, layer] : layers_) {
+    std::lock_guard<std::mutex> l(layer->mu);
+    if (layer->op) layer->op->fail(failure);
+  }
+}
+
+std::string SFBroadcaster::pending() const {
+  std::shared_lock<std::shared_mutex> lock(map_mu_);
+  std::string out;
+  for (auto& [id, layer] : layers_) {
+    std::lock_guard<std::mutex> l(layer->mu);
+    if (layer->op && !layer->op->finished()) {
+      out += (out.empty() ? "" : "; ") + layer->op->what();
+    }
+  }
+  return out;
+}
+
+}  // namespace poseidon

@@ -1,0 +1,341 @@
+#include "poseidon/worker.h"
+
+#include "poseidon/log.h"
+
+namespace poseidon {
+namespace {
+
+constexpr int kTeardownSendMs = 500;
+constexpr int kTeardownWaitMs = 2000;
+
+std::string strip_name(const std::string& reason, const std::string& name) {
+  const std::string prefix = name + ": ";
+  return reason.rfind(prefix, 0) == 0 ? reason.substr(prefix.size()) : reason;
+}
+
+}  // namespace
+
+Worker::Worker(const Config& config) : config_(config) {
+  config_.validate();
+  if (config_.role != Role::kWorker) throw ConfigError("Worker needs role=worker");
+  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes});
+  std::unique_ptr<Listener> listener = transport_->listen(config_.listen);
+  self_ = NodeId{Role::kWorker, config_.rank, listener->address()};
+  abort_ = std::make_shared<AbortSignal>();
+  queue_ = std::make_unique<SendQueue>(config_.comm_threads, config_.timeout_ms);
+  coord_ = std::make_unique<CoordinatorClient>(config_, *transport_, self_, abort_);
+  abort_->subscribe([this](const Failure& f) { on_abort(f); });
+  plane_.self = self_;
+  plane_.servers.resize(static_cast<size_t>(config_.num_servers));
+  plane_.workers.resize(static_cast<size_t>(config_.num_workers));
+  plane_.queue = queue_.get();
+  plane_.abort = abort_;
+  plane_.counters = &counters_;
+  plane_.coord = coord_.get();
+  plane_.timeout_ms = config_.timeout_ms;
+  acceptor_ = std::make_unique<Acceptor>(
+      std::move(listener), self_, config_.token, config_.handshake_timeout_ms,
+      [this](const NodeId& id) { return admit(id); },
+      [this](std::unique_ptr<Connection> conn, const NodeId& id) { on_peer(std::move(conn), id); },
+      self_.str());
+  acceptor_->start();
+}
+
+Worker::~Worker() { close_all(false); }
+
+void Worker::require(State at_least, const std::string& call) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == State::kShutDown) throw ConfigError(self_.str() + ": " + call + " after shutdown");
+  if (static_cast<int>(state_) < static_cast<int>(at_least)) {
+    throw ConfigError(self_.str() + ": " + call + " called too early (order: connect, plan, " +
+                      "register_*, push_pull/allgather, shutdown)");
+  }
+}
+
+std::string Worker::admit(const NodeId& id) {
+  if (id.role != Role::kWorker) {
+    return std::string("a ") + role_name(id.role) + " cannot connect to a worker";
+  }
+  if (id.rank <= config_.rank || id.rank >= config_.num_workers) {
+    return "worker " + std::to_string(id.rank) + " may not dial worker " +
+           std::to_string(config_.rank) + " (higher ranks dial lower ones)";
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (plane_.workers[static_cast<size_t>(id.rank)]) {
+    return "worker " + std::to_string(id.rank) + " is already connected";
+  }
+  return "";
+}
+
+std::shared_ptr<Peer> Worker::make_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
+  return std::make_shared<Peer>(std::move(conn), self_, id,
+                                Peer::Options{config_.max_frame_bytes, config_.timeout_ms});
+}
+
+void Worker::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
+  std::shared_ptr<Peer> peer = make_peer(std::move(conn), id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = plane_.workers[static_cast<size_t>(id.rank)];
+    if (slot || closed_) return;  // a duplicate loses; dropping it closes it
+    slot = peer;
+    all_peers_.push_back(peer);
+  }
+  cv_.notify_all();
+  if (config_.verbose) log_line(self_.str(), "connected to " + id.str());
+  peer->start([this](Peer& p, const FrameHeader& h) { on_frame(p, h); },
+              [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
+}
+
+void Worker::connect() {
+  require(State::kNew, "connect");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != State::kNew) throw ConfigError(self_.str() + ": connect called twice");
+  }
+  const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
+  try {
+    book_ = coord_->connect(deadline);
+    auto dial = [&](const std::string& address, Role role, int rank) {
+      std::unique_ptr<Connection> conn = transport_->connect(address, deadline);
+      NodeId id = client_handshake(*conn, self_, config_.token, deadline);
+      if (id.role != role || id.rank != rank) {
+        throw ProtocolError(address + " is " + id.str() + ", the address book says " +
+                            role_name(role) + " " + std::to_string(rank));
+      }
+      id.address = address;
+      std::shared_ptr<Peer> peer = make_peer(std::move(conn), id);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        (role == Role::kServer ? plane_.servers : plane_.workers)[static_cast<size_t>(rank)] = peer;
+        all_peers_.push_back(peer);
+      }
+      peer->start([this](Peer& p, const FrameHeader& h) { on_frame(p, h); },
+                  [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
+    };
+    for (int s = 0; s < config_.num_servers; ++s) {
+      dial(book_.servers[static_cast<size_t>(s)], Role::kServer, s);
+    }
+    for (int w = 0; w < config_.rank; ++w)
+      dial(book_.workers[static_cast<size_t>(w)], Role::kWorker, w);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, deadline.time_point(), [&] {
+      if (abort_->tripped()) return true;
+      for (int w = config_.rank + 1; w < config_.num_workers; ++w) {
+        if (!plane_.workers[static_cast<size_t>(w)]) return false;
+      }
+      return true;
+    });
+    plane_.check_abort(self_.str() + ": connect", -1, -1);
+    for (int w = config_.rank + 1; w < config_.num_workers; ++w) {
+      if (!plane_.workers[static_cast<size_t>(w)]) {
+        throw TimeoutError(self_.str() + ": worker " + std::to_string(w) + " (" +
+                           book_.workers[static_cast<size_t>(w)] + ") did not connect within " +
+                           std::to_string(config_.timeout_ms) + " ms");
+      }
+    }
+    state_ = State::kConnected;
+  } catch (const PeerFailure&) {
+    throw;
+  } catch (const std::exception& e) {
+    abort_->trip(Failure{self_.str(), self_.str() + ": connect failed: " + e.what()});
+    throw;
+  }
+  if (config_.verbose) log_line(self_.str(), "connected to every server and worker");
+}
+
+const Plan& Worker::plan(const std::vector<LayerSpec>& layers) {
+  require(State::kConnected, "plan");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != State::kConnected) throw ConfigError(self_.str() + ": plan called twice");
+  }
+  Plan p;
+  try {
+    p = coord_->request_plan(layers, Deadline::after_ms(config_.timeout_ms));
+  } catch (const TimeoutError& e) {
+    abort_->trip(Failure{self_.str(), e.what()});
+    throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    plane_.plan = std::move(p);
+    kv_ = std::make_unique<KVWorker>(plane_);
+    sfb_ = std::make_unique<SFBroadcaster>(plane_);
+    state_ = State::kPlanned;
+  }
+  cv_.notify_all();
+  return plane_.plan;
+}
+
+void Worker::register_layer(uint32_t layer_id, float* grad, size_t num_floats) {
+  require(State::kPlanned, "register_layer");
+  kv_->register_layer(layer_id, grad, num_floats);
+}
+
+void Worker::register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker) {
+  require(State::kPlanned, "register_sfb_layer");
+  sfb_->register_layer(layer_id, max_floats_per_worker);
+}
+
+Handle Worker::push_pull(uint32_t layer_id, int64_t iteration) {
+  require(State::kPlanned, "push_pull");
+  return kv_->push_pull(layer_id, iteration);
+}
+
+Handle Worker::allgather(uint32_t layer_id, int64_t iteration, const float* send,
+                         size_t num_floats) {
+  require(State::kPlanned, "allgather");
+  return sfb_->allgather(layer_id, iteration, send, num_floats);
+}
+
+FactorView Worker::factor(uint32_t layer_id, int64_t iteration, int rank) const {
+  require(State::kPlanned, "factor");
+  return sfb_->factor(layer_id, iteration, rank);
+}
+
+void Worker::barrier(const std::string& name, int timeout_ms) {
+  require(State::kConnected, "barrier");
+  try {
+    coord_->barrier(name, Deadline::after_ms(timeout_ms));
+  } catch (const TimeoutError& e) {
+    abort_->trip(Failure{self_.str(), e.what()});
+    throw;
+  }
+}
+
+void Worker::abort(const std::string& reason) {
+  abort_->trip(Failure{self_.str(), self_.str() + " aborted the job: " + reason});
+}
+
+bool Worker::wait_planned() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
+  cv_.wait_until(lock, deadline.time_point(),
+                 [&] { return state_ == State::kPlanned || abort_->tripped() || closed_; });
+  if (state_ == State::kPlanned && !closed_) return true;
+  if (!abort_->tripped() && !closed_) {
+    throw TimeoutError(self_.str() + ": data arrived but this worker has no plan after " +
+                       std::to_string(config_.timeout_ms) + " ms");
+  }
+  return false;
+}
+
+void Worker::on_frame(Peer& peer, const FrameHeader& h) {
+  switch (h.type) {
+    case FrameType::kPullReply:
+      if (peer.remote().role != Role::kServer) throw ProtocolError("PULL_REPLY from a worker");
+      if (wait_planned()) kv_->on_reply(peer, h);
+      return;
+    case FrameType::kFactor:
+      if (peer.remote().role != Role::kWorker) throw ProtocolError("FACTOR from a server");
+      if (wait_planned()) sfb_->on_factor(peer, h);
+      return;
+    case FrameType::kAbort: {
+      const std::vector<uint8_t> body = peer.read_body();
+      abort_->trip(decode_failure(body.data(), body.size()));
+      return;
+    }
+    default:
+      throw ProtocolError("unexpected " + frame_type_name(static_cast<uint16_t>(h.type)) +
+                          " at a worker");
+  }
+}
+
+std::string Worker::pending() const {
+  std::string out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kv_) out = kv_->pending();
+    if (sfb_) {
+      const std::string s = sfb_->pending();
+      if (!s.empty()) out += (out.empty() ? "" : "; ") + s;
+    }
+  }
+  return out.empty() ? "" : "; " + self_.str() + " was waiting for: " + out;
+}
+
+void Worker::on_closed(Peer& peer, const std::string& reason, bool clean) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_ || closed_) return;
+  }
+  if (clean || abort_->tripped()) return;
+  const std::string name = peer.remote().str();
+  abort_->trip(Failure{name, name + " is gone (seen by " + self_.str() +
+                                 "): " + strip_name(reason, name) + pending()});
+}
+
+void Worker::on_abort(const Failure& f) {
+  queue_->cancel_all("aborted: " + f.reason);
+  std::vector<std::shared_ptr<Peer>> peers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kv_) kv_->fail_all(f);
+    if (sfb_) sfb_->fail_all(f);
+    peers = all_peers_;
+  }
+  cv_.notify_all();
+  log_line(self_.str(), "job aborted: " + f.reason);
+  // Tell the peers first-hand (faster than the coordinator's broadcast, and
+  // they learn the real reason instead of just seeing our EOF).
+  for (const auto& p : peers) {
+    p->try_send_message(FrameType::kAbort, encode_failure(f), 200);
+    p->shutdown();
+  }
+}
+
+void Worker::shutdown(int timeout_ms) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kShutDown) return;
+    shutting_down_ = true;
+  }
+  try {
+    plane_.check_abort(self_.str() + ": shutdown", -1, -1);
+    bool connected = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      connected = state_ != State::kNew;
+    }
+    if (connected) coord_->request_shutdown(Deadline::after_ms(timeout_ms));
+  } catch (...) {
+    close_all(false);
+    throw;
+  }
+  close_all(true);
+}
+
+void Worker::close_all(bool graceful) {
+  std::vector<std::shared_ptr<Peer>> peers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    shutting_down_ = true;
+    state_ = State::kShutDown;
+    peers = all_peers_;
+  }
+  cv_.notify_all();
+  // From here on no failure is broadcast: a worker that is destroyed
+  // without shutdown() simply disappears, and its peers report it.
+  const Failure stopped{self_.str(), self_.str() + " is shut down"};
+  abort_->seal(stopped);
+  acceptor_->stop();
+  if (graceful) {
+    for (const auto& p : peers) p->close_gracefully(kTeardownSendMs);
+    const Deadline deadline = Deadline::after_ms(kTeardownWaitMs);
+    for (const auto& p : peers) p->wait_stopped(deadline);
+  }
+  for (const auto& p : peers) p->shutdown();
+  queue_->stop();
+  if (kv_) kv_->fail_all(stopped);
+  if (sfb_) sfb_->fail_all(stopped);
+  coord_->close();
+  // Readers may still be inside a handler; they return promptly once the
+  // connection is shut (every handler wait checks the sealed abort latch).
+  const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
+  for (const auto& p : peers) p->wait_stopped(deadline);
+}
+
+}  // namespace poseidon

@@ -1,0 +1,148 @@
+// Closed-form sums through the parameter server: worker r fills its range
+// with (r+1)·(1 + i mod 5) + t at iteration t, so after push_pull every
+// worker must hold (1 + i mod 5)·P1(P1+1)/2 + P1·t at every index i, for
+// 1–4 workers × 1–3 shards, over TCP and in-process, with tensors of 0, 1,
+// chunk−1, chunk+1 and many chunks, several iterations in a row.
+
+#include <cmath>
+
+#include "check.h"
+#include "cluster.h"
+
+using namespace poseidon;
+
+namespace {
+
+constexpr size_t kChunkBytes = 4096;  // small: many chunks, fast
+constexpr size_t kChunkFloats = kChunkBytes / 4;
+constexpr int kIterations = 3;
+
+float pushed(int rank, size_t i, int64_t t) {
+  return static_cast<float>((rank + 1) * (1 + static_cast<int>(i % 5)) + t);
+}
+
+float expected(int p1, size_t i, int64_t t) {
+  return static_cast<float>((1 + static_cast<int>(i % 5)) * p1 * (p1 + 1) / 2 + p1 * t);
+}
+
+// Returns "" or the first mismatch.
+std::string check_sum(const std::vector<float>& v, int p1, int64_t t, const std::string& what) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != expected(p1, i, t)) {
+      return what + " index " + std::to_string(i) + ": got " + std::to_string(v[i]) + ", want " +
+             std::to_string(expected(p1, i, t));
+    }
+  }
+  return "";
+}
+
+void run_matrix(const std::string& transport) {
+  const std::vector<size_t> sizes = {0, 1, kChunkFloats - 1, kChunkFloats + 1,
+                                     10 * kChunkFloats + 3};
+  for (int p1 = 1; p1 <= 4; ++p1) {
+    for (int p2 = 1; p2 <= 3; ++p2) {
+      ptest::ClusterOptions o;
+      o.workers = p1;
+      o.servers = p2;
+      o.transport = transport;
+      o.chunk_bytes = kChunkBytes;
+      ptest::LocalCluster cluster(o);
+      std::mutex mu;
+      std::vector<std::string> mismatches;
+      const auto errors = cluster.run_workers([&](Worker& w, int rank) {
+        std::vector<LayerSpec> specs;
+        for (size_t l = 0; l < sizes.size(); ++l) {
+          specs.push_back(ptest::ps_layer(static_cast<uint32_t>(l), sizes[l]));
+        }
+        const Plan& plan = w.plan(specs);
+        std::vector<std::vector<float>> grads;
+        for (size_t l = 0; l < sizes.size(); ++l) grads.emplace_back(sizes[l]);
+        for (size_t l = 0; l < sizes.size(); ++l) {
+          w.register_layer(static_cast<uint32_t>(l), grads[l].data(), grads[l].size());
+        }
+        for (int64_t t = 0; t < kIterations; ++t) {
+          std::vector<Handle> hs;
+          // Highest layer first, as backward produces them.
+          for (size_t l = sizes.size(); l-- > 0;) {
+            for (size_t i = 0; i < grads[l].size(); ++i) grads[l][i] = pushed(rank, i, t);
+            hs.push_back(w.push_pull(static_cast<uint32_t>(l), t));
+          }
+          for (Handle& h : hs) h.wait(o.timeout_ms);
+          for (size_t l = 0; l < sizes.size(); ++l) {
+            const std::string bad =
+                check_sum(grads[l], p1, t,
+                          transport + " P1=" + std::to_string(p1) + " P2=" + std::to_string(p2) +
+                              " layer " + std::to_string(l) + " t=" + std::to_string(t));
+            if (!bad.empty()) {
+              std::lock_guard<std::mutex> lock(mu);
+              mismatches.push_back(bad);
+            }
+          }
+        }
+        // Counters: every layer sent and received exactly its bytes per iteration.
+        const auto traffic = w.traffic();
+        for (size_t l = 0; l < sizes.size(); ++l) {
+          const LayerTraffic& tr = traffic.at(static_cast<uint32_t>(l));
+          if (tr.bytes_sent != sizes[l] * 4 * kIterations ||
+              tr.bytes_received != sizes[l] * 4 * kIterations) {
+            std::lock_guard<std::mutex> lock(mu);
+            mismatches.push_back("traffic of layer " + std::to_string(l) + ": " +
+                                 std::to_string(tr.bytes_sent) + "/" +
+                                 std::to_string(tr.bytes_received));
+          }
+        }
+        CHECK_EQ(plan.layers.size(), sizes.size());
+        w.shutdown(o.timeout_ms);
+      });
+      cluster.join();
+      for (const std::string& e : errors) CHECK_EQ(e, std::string());
+      CHECK_EQ(cluster.coordinator_error(), std::string());
+      for (int s = 0; s < p2; ++s) CHECK_EQ(cluster.server_error(s), std::string());
+      for (const std::string& m : mismatches) CHECK_EQ(m, std::string());
+      // Every chunk of every layer made one round per iteration on some shard.
+      uint64_t rounds = 0;
+      for (int s = 0; s < p2; ++s) rounds += cluster.server(s).stats().rounds_completed;
+      uint64_t chunks = 0;
+      for (size_t n : sizes) chunks += count_chunks(n, kChunkFloats);
+      CHECK_EQ(rounds, chunks * kIterations);
+    }
+  }
+}
+
+}  // namespace
+
+TEST(ps_sums_inproc) { run_matrix("inproc"); }
+TEST(ps_sums_tcp) { run_matrix("tcp"); }
+
+// A small layer queued after a big one overtakes it: with one comm thread and
+// the big layer's chunks already queued, the small layer's push completes
+// while most of the big layer is still waiting.
+TEST(priority_small_layer_overtakes_big_one) {
+  ptest::ClusterOptions o;
+  o.workers = 1;
+  o.servers = 1;
+  o.transport = "tcp";
+  o.chunk_bytes = 64 << 10;
+  o.comm_threads = 1;
+  ptest::LocalCluster cluster(o);
+  const auto errors = cluster.run_workers([&](Worker& w, int) {
+    const size_t big = 64 << 20 >> 2;  // 64 MiB: 1024 chunks
+    w.plan({ptest::ps_layer(0, 16), ptest::ps_layer(9, big)});
+    std::vector<float> small(16, 1.0f), large(big, 1.0f);
+    w.register_layer(0, small.data(), small.size());
+    w.register_layer(9, large.data(), large.size());
+    Handle hb = w.push_pull(9, 0);
+    Handle hs = w.push_pull(0, 0);
+    hs.wait(o.timeout_ms);
+    // The small layer is done; the big one cannot be, 1024 chunks later.
+    CHECK(!hb.test());
+    hb.wait(o.timeout_ms);
+    CHECK_EQ(small[3], 1.0f);
+    CHECK_EQ(large[big - 1], 1.0f);
+    w.shutdown(o.timeout_ms);
+  });
+  cluster.join();
+  for (const std::string& e : errors) CHECK_EQ(e, std::string());
+}
+
+TEST_MAIN()
