@@ -1,0 +1,20 @@
+"""AbsVal: y = |x|; dy/dx = sign(x) (0 at 0, as Caffe's caffe_cpu_sign).
+
+Caffe refuses in-place AbsVal; here the input is kept from forward, so in place works too.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from caffe.layer import register_layer
+from caffe.neuron_layer import NeuronLayer
+
+
+@register_layer("AbsVal")
+class AbsValLayer(NeuronLayer):
+    def activate(self, x):
+        return torch.abs(x)
+
+    def gradient(self, x, y, dy):
+        return dy * torch.sign(x)

@@ -1,0 +1,45 @@
+"""Dropout: in the TRAIN phase y = x·mask/(1 − r) with mask ~ Bernoulli(1 − r); in TEST,
+y = x. The phase is the layer's own (Caffe reads the layer phase, not the net's), and
+backward applies the very mask drawn in forward, so it works in place too."""
+
+from __future__ import annotations
+
+import torch
+
+from caffe.layer import register_layer
+from caffe.neuron_layer import NeuronLayer
+from caffe.proto import caffe_pb2
+
+
+@register_layer("Dropout")
+class DropoutLayer(NeuronLayer):
+    keeps_input = False
+
+    def setup(self, bottom, top):
+        ratio = float(self.layer_param.dropout_param.dropout_ratio)
+        if not 0.0 <= ratio < 1.0:
+            raise self.error(f"dropout_param.dropout_ratio must be in [0, 1), got {ratio}")
+        self.ratio = ratio
+        self.scale = 1.0 / (1.0 - ratio)
+
+    @property
+    def training(self) -> bool:
+        return self.phase == caffe_pb2.TRAIN
+
+    def forward(self, bottom, top):
+        self._in_place = top[0] is bottom[0]
+        super().forward(bottom, top)
+
+    def activate(self, x):
+        if not self.training:
+            self._mask = None
+            # A copy, as Caffe: the top must not alias the bottom unless it is the bottom.
+            return x if self._in_place else x.clone()
+        # The kept mask already carries the 1/(1 − r) factor: backward is one multiply.
+        self._mask = torch.empty_like(x).bernoulli_(1.0 - self.ratio).mul_(self.scale)
+        return x * self._mask
+
+    def gradient(self, x, y, dy):
+        if self._mask is None:
+            return dy if self._in_place else dy.clone()
+        return dy * self._mask
