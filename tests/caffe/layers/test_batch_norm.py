@@ -89,8 +89,9 @@ def test_zero_factor_means_zero_statistics():
     np.testing.assert_allclose(y, x / np.sqrt(1e-5), rtol=1e-5)
 
 
-@pytest.mark.parametrize("phase,explicit", [(TRAIN, "use_global_stats: true"),
-                                            (TEST, "use_global_stats: false")])  # fmt: skip
+@pytest.mark.parametrize(
+    "phase,explicit", [(TRAIN, "use_global_stats: true"), (TEST, "use_global_stats: false")]
+)
 def test_use_global_stats_overrides_the_phase(phase, explicit):
     x = np.random.default_rng(43).normal(3, 1, (4, 2)).astype(np.float32)
     layer, bottom, top = make_layer(text(explicit), [x], phase=phase)
@@ -141,12 +142,12 @@ def test_explicit_lr_mult_zero_is_kept_and_nonzero_is_refused():
     net = build_net("param { lr_mult: 0 decay_mult: 0 }")
     specs = net.layer_by_name("bn").layer_param.param
     assert [(s.lr_mult, s.decay_mult) for s in specs] == [(0, 0), (0, 1), (0, 1)]
-    with pytest.raises(LayerError, match="'bn'.*lr_mult"):
+    with pytest.raises(LayerError, match=r"'bn'.*lr_mult"):
         build_net("param { lr_mult: 0 } param { lr_mult: 1 }")
 
 
 def test_channel_change_names_the_layer():
     layer, bottom, top = make_layer(text(), [np.ones((2, 3), np.float32)])
     bottom[0].reshape(2, 4)
-    with pytest.raises(LayerError, match="under_test.*channels"):
+    with pytest.raises(LayerError, match=r"under_test.*channels"):
         layer.run_forward(bottom, top)

@@ -27,8 +27,9 @@ def test_gradient_passes_at_the_bounds_and_in_place():
     assert np.all(dx[0, [0, 1, 4]] != 0) and np.all(dx[0, [2, 3]] == 0)
 
 
-@pytest.mark.parametrize("params", ["", "clip_param { min: 0 }", "clip_param { max: 1 }",
-                                    "clip_param { min: 2 max: 1 }"])  # fmt: skip
+@pytest.mark.parametrize(
+    "params", ["", "clip_param { min: 0 }", "clip_param { max: 1 }", "clip_param { min: 2 max: 1 }"]
+)
 def test_missing_or_bad_bounds_name_the_layer(params):
-    with pytest.raises(LayerError, match="under_test.*clip_param"):
+    with pytest.raises(LayerError, match=r"under_test.*clip_param"):
         make_layer(f'type: "Clip" {params}', [np.ones((1, 2), np.float32)])

@@ -22,8 +22,10 @@ def test_forward_matches_numpy_and_gradient(shape, legacy):
     b = rng.uniform(-0.5, 0.5, shape).astype(np.float32)
     y = (rng.uniform(0, 1, shape[0]) > 0.5).astype(np.float32)
     y[0] = 0  # at least one dissimilar pair
-    text = (f'type: "ContrastiveLoss" contrastive_loss_param {{ margin: 1.2 '
-            f"legacy_version: {str(legacy).lower()} }}")  # fmt: skip
+    text = (
+        f'type: "ContrastiveLoss" contrastive_loss_param {{ margin: 1.2 '
+        f"legacy_version: {str(legacy).lower()} }}"
+    )
     layer, bottom, top = make_layer(text, [a, b, y])
     (loss,) = run_forward(layer, bottom, top)
     np.testing.assert_allclose(loss, reference(a, b, y, 1.2, legacy), rtol=1e-5)
@@ -41,13 +43,15 @@ def test_similarity_is_the_integer_part_of_the_label():
 
 
 def test_label_gradient_is_refused_and_shapes_are_checked():
-    layer, bottom, top = make_layer('type: "ContrastiveLoss"', [np.ones((2, 3), np.float32)] * 2
-                                    + [np.ones(2, np.float32)])  # fmt: skip
+    layer, bottom, top = make_layer(
+        'type: "ContrastiveLoss"', [np.ones((2, 3), np.float32)] * 2 + [np.ones(2, np.float32)]
+    )
     assert not layer.allow_force_backward(2)
     run_forward(layer, bottom, top)
-    with pytest.raises(LayerError, match="under_test.*label"):
+    with pytest.raises(LayerError, match=r"under_test.*label"):
         layer.run_backward(top, [True, True, True], bottom)
-    with pytest.raises(LayerError, match="under_test.*differ"):
-        make_layer('type: "ContrastiveLoss"', [np.ones((2, 3), np.float32),
-                                               np.ones((2, 4), np.float32),
-                                               np.ones(2, np.float32)])  # fmt: skip
+    with pytest.raises(LayerError, match=r"under_test.*differ"):
+        make_layer(
+            'type: "ContrastiveLoss"',
+            [np.ones((2, 3), np.float32), np.ones((2, 4), np.float32), np.ones(2, np.float32)],
+        )

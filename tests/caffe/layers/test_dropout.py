@@ -76,5 +76,5 @@ def test_in_place_matches_out_of_place(phase):
 
 @pytest.mark.parametrize("ratio", [1.0, -0.1])
 def test_bad_ratio_names_the_layer(ratio):
-    with pytest.raises(LayerError, match="under_test.*dropout_ratio"):
+    with pytest.raises(LayerError, match=r"under_test.*dropout_ratio"):
         make_layer(text(ratio), [np.ones((1, 2), np.float32)])

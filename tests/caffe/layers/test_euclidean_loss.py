@@ -32,6 +32,7 @@ def test_loss_weight_scales_gradients_with_opposite_signs():
 
 
 def test_dimension_mismatch_names_the_layer():
-    with pytest.raises(LayerError, match="under_test.*same dimension"):
-        make_layer('type: "EuclideanLoss"', [np.ones((2, 3), np.float32),
-                                             np.ones((2, 4), np.float32)])  # fmt: skip
+    with pytest.raises(LayerError, match=r"under_test.*same dimension"):
+        make_layer(
+            'type: "EuclideanLoss"', [np.ones((2, 3), np.float32), np.ones((2, 4), np.float32)]
+        )

@@ -33,5 +33,5 @@ def test_in_place_matches_out_of_place():
 
 @pytest.mark.parametrize("base", [0.0, -2.0])
 def test_non_positive_base_names_the_layer(base):
-    with pytest.raises(LayerError, match="under_test.*base"):
+    with pytest.raises(LayerError, match=r"under_test.*base"):
         make_layer(text(base, 1.0, 0.0), [np.ones((1, 2), np.float32)])

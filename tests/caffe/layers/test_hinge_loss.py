@@ -29,10 +29,12 @@ def test_forward_matches_numpy_and_gradient(shape, norm):
 
 
 def test_bad_label_and_label_count_name_the_layer():
-    layer, bottom, top = make_layer('type: "HingeLoss"', [np.zeros((2, 3), np.float32),
-                                                          np.array([0, 3], np.float32)])  # fmt: skip
-    with pytest.raises(LayerError, match="under_test.*label 3"):
+    layer, bottom, top = make_layer(
+        'type: "HingeLoss"', [np.zeros((2, 3), np.float32), np.array([0, 3], np.float32)]
+    )
+    with pytest.raises(LayerError, match=r"under_test.*label 3"):
         run_forward(layer, bottom, top)
-    with pytest.raises(LayerError, match="under_test.*one label per item"):
-        make_layer('type: "HingeLoss"', [np.zeros((2, 3), np.float32),
-                                         np.zeros((2, 2), np.float32)])  # fmt: skip
+    with pytest.raises(LayerError, match=r"under_test.*one label per item"):
+        make_layer(
+            'type: "HingeLoss"', [np.zeros((2, 3), np.float32), np.zeros((2, 2), np.float32)]
+        )

@@ -31,8 +31,9 @@ def h_file(tmp_path):
     return write
 
 
-@pytest.mark.parametrize("shape,axis", [((1, 3), 1), ((4, 3), 1), ((2, 3, 2, 2), 1),
-                                        ((2, 2, 3), 2), ((3, 4), -1)])  # fmt: skip
+@pytest.mark.parametrize(
+    "shape,axis", [((1, 3), 1), ((4, 3), 1), ((2, 3, 2, 2), 1), ((2, 2, 3), 2), ((3, 4), -1)]
+)
 def test_h_from_source_matches_numpy_and_gradient(h_file, shape, axis):
     rng = np.random.default_rng(60)
     classes = shape[axis]
@@ -40,12 +41,10 @@ def test_h_from_source_matches_numpy_and_gradient(h_file, shape, axis):
     label_shape = [d for i, d in enumerate(shape) if i != axis % len(shape)]
     labels = rng.integers(0, classes, label_shape).astype(np.float32)
     h = rng.uniform(0, 1, (classes, classes))
-    text = (f'type: "InfogainLoss" infogain_loss_param {{ source: "{h_file(h)}" '
-            f"axis: {axis} }}")  # fmt: skip
+    text = f'type: "InfogainLoss" infogain_loss_param {{ source: "{h_file(h)}" axis: {axis} }}'
     layer, bottom, top = make_layer(text, [x, labels.reshape(shape[0], -1)])
     (loss,) = run_forward(layer, bottom, top)
-    np.testing.assert_allclose(loss, reference(x, labels, h.astype(np.float32), axis),
-                               rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(loss, reference(x, labels, h.astype(np.float32), axis), rtol=1e-5)
     check_gradient(layer, bottom, top, check_bottom=[0])
 
 
@@ -61,8 +60,9 @@ def test_identity_h_equals_softmax_with_loss():
     np.testing.assert_allclose(prob, softmax(x, 1), rtol=1e-5)
 
 
-@pytest.mark.parametrize("mode,divisor", [("VALID", 4), ("FULL", 6), ("BATCH_SIZE", 6),
-                                          ("NONE", 1)])  # fmt: skip
+@pytest.mark.parametrize(
+    "mode,divisor", [("VALID", 4), ("FULL", 6), ("BATCH_SIZE", 6), ("NONE", 1)]
+)
 def test_third_bottom_h_with_ignore_label(mode, divisor):
     rng = np.random.default_rng(62)
     x = rng.normal(0, 1, (6, 3)).astype(np.float32)
@@ -71,25 +71,29 @@ def test_third_bottom_h_with_ignore_label(mode, divisor):
     text = f'type: "InfogainLoss" loss_param {{ ignore_label: 5 normalization: {mode} }}'
     layer, bottom, top = make_layer(text, [x, labels, h])
     (loss,) = run_forward(layer, bottom, top)
-    np.testing.assert_allclose(loss, reference(x, labels, h, 1, ignore=5, divisor=divisor),
-                               rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        loss, reference(x, labels, h, 1, ignore=5, divisor=divisor), rtol=1e-5
+    )
     check_gradient(layer, bottom, top, check_bottom=[0])
     assert np.all(bottom[0].diff[[1, 4]] == 0)
     assert not layer.allow_force_backward(2)
-    with pytest.raises(LayerError, match="under_test.*infogain matrix"):
+    with pytest.raises(LayerError, match=r"under_test.*infogain matrix"):
         layer.run_backward(top, [True, False, True], bottom)
 
 
 def test_missing_source_bad_file_and_wrong_size_name_the_layer(tmp_path, h_file):
     x, labels = np.zeros((2, 3), np.float32), np.zeros(2, np.float32)
-    with pytest.raises(LayerError, match="under_test.*source"):
+    with pytest.raises(LayerError, match=r"under_test.*source"):
         make_layer('type: "InfogainLoss"', [x, labels])
     missing = tmp_path / "missing.binaryproto"
-    with pytest.raises(LayerError, match=f"under_test.*{missing}"):
-        make_layer(f'type: "InfogainLoss" infogain_loss_param {{ source: "{missing}" }}',
-                   [x, labels])  # fmt: skip
-    with pytest.raises(LayerError, match="under_test.*3x3"):
-        make_layer(f'type: "InfogainLoss" infogain_loss_param {{ source: "{h_file(np.eye(2))}" }}',
-                   [x, labels])  # fmt: skip
-    with pytest.raises(LayerError, match="under_test.*normalize is deprecated"):
+    with pytest.raises(LayerError, match=rf"under_test.*{missing}"):
+        make_layer(
+            f'type: "InfogainLoss" infogain_loss_param {{ source: "{missing}" }}', [x, labels]
+        )
+    with pytest.raises(LayerError, match=r"under_test.*3x3"):
+        make_layer(
+            f'type: "InfogainLoss" infogain_loss_param {{ source: "{h_file(np.eye(2))}" }}',
+            [x, labels],
+        )
+    with pytest.raises(LayerError, match=r"under_test.*normalize is deprecated"):
         make_layer('type: "InfogainLoss" loss_param { normalize: true }', [x, labels, np.eye(3)])

@@ -22,8 +22,9 @@ def test_forward_matches_numpy_and_gradient(shape, base, scale, shift):
     layer, bottom, top = make_layer(text(base, scale, shift), [x])
     (y,) = run_forward(layer, bottom, top)
     b = math.e if base == -1 else base
-    np.testing.assert_allclose(y, np.log(shift + scale * x.astype(np.float64)) / np.log(b),
-                               rtol=1e-5, atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        y, np.log(shift + scale * x.astype(np.float64)) / np.log(b), rtol=1e-5, atol=1e-6
+    )
     check_gradient(layer, bottom, top)
 
 
@@ -35,5 +36,5 @@ def test_in_place_keeps_the_input():
 
 
 def test_non_positive_base_names_the_layer():
-    with pytest.raises(LayerError, match="under_test.*base"):
+    with pytest.raises(LayerError, match=r"under_test.*base"):
         make_layer(text(-3.0, 1.0, 0.0), [np.ones((1, 2), np.float32)])

@@ -13,15 +13,15 @@ def test_forward_matches_numpy_and_gradient(shape):
     layer, bottom, top = make_layer('type: "MultinomialLogisticLoss"', [prob, labels])
     (loss,) = run_forward(layer, bottom, top)
     picked = prob.reshape(shape[0], -1)[np.arange(shape[0]), labels.astype(int)]
-    np.testing.assert_allclose(loss, -np.log(picked.astype(np.float64)).sum() / shape[0],
-                               rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(loss, -np.log(picked.astype(np.float64)).sum() / shape[0], rtol=1e-5)
     check_gradient(layer, bottom, top, check_bottom=[0], stepsize=1e-3)
 
 
 def test_zero_probability_is_clamped():
     prob = np.array([[0.0, 1.0]], np.float32)
-    layer, bottom, top = make_layer('type: "MultinomialLogisticLoss"',
-                                    [prob, np.array([0], np.float32)])  # fmt: skip
+    layer, bottom, top = make_layer(
+        'type: "MultinomialLogisticLoss"', [prob, np.array([0], np.float32)]
+    )
     (loss,) = run_forward(layer, bottom, top)
     np.testing.assert_allclose(loss, -np.log(1e-20), rtol=1e-6)
     layer.run_backward(top, [True, False], bottom)
@@ -29,7 +29,9 @@ def test_zero_probability_is_clamped():
 
 
 def test_label_out_of_range_names_the_layer():
-    layer, bottom, top = make_layer('type: "MultinomialLogisticLoss"',
-                                    [np.ones((2, 3), np.float32), np.array([0, -1], np.float32)])  # fmt: skip
-    with pytest.raises(LayerError, match="under_test.*label -1"):
+    layer, bottom, top = make_layer(
+        'type: "MultinomialLogisticLoss"',
+        [np.ones((2, 3), np.float32), np.array([0, -1], np.float32)],
+    )
+    with pytest.raises(LayerError, match=r"under_test.*label -1"):
         run_forward(layer, bottom, top)

@@ -60,9 +60,9 @@ def test_in_place_matches_out_of_place(shared):
 
 
 def test_one_axis_bottom_and_channel_change_name_the_layer():
-    with pytest.raises(LayerError, match="under_test.*2 axes"):
+    with pytest.raises(LayerError, match=r"under_test.*2 axes"):
         make_layer(text(), [np.ones(3, np.float32)])
     layer, bottom, top = make_layer(text(), [np.ones((2, 3), np.float32)])
     bottom[0].reshape(2, 4)
-    with pytest.raises(LayerError, match="under_test.*3 channels"):
+    with pytest.raises(LayerError, match=r"under_test.*3 channels"):
         layer.run_forward(bottom, top)

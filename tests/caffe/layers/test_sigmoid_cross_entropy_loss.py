@@ -24,9 +24,15 @@ def test_default_normalization_is_batch_size(shape):
 
 @pytest.mark.parametrize(
     "param,divisor",
-    [("normalization: FULL", 8), ("normalization: VALID", 6), ("normalization: BATCH_SIZE", 2),
-     ("normalization: NONE", 1), ("normalize: true", 6), ("normalize: false", 2)],
-)  # fmt: skip
+    [
+        ("normalization: FULL", 8),
+        ("normalization: VALID", 6),
+        ("normalization: BATCH_SIZE", 2),
+        ("normalization: NONE", 1),
+        ("normalize: true", 6),
+        ("normalize: false", 2),
+    ],
+)
 def test_ignore_label_and_normalization_modes(param, divisor):
     x = np.random.default_rng(52).normal(0, 1, (2, 4)).astype(np.float32)
     t = np.array([[1, 0, -1, 1], [0, -1, 0, 1]], np.float32)
@@ -50,11 +56,15 @@ def test_extreme_logits_stay_finite():
 
 
 def test_label_gradient_and_count_mismatch_name_the_layer():
-    layer, bottom, top = make_layer('type: "SigmoidCrossEntropyLoss"',
-                                    [np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32)])  # fmt: skip
+    layer, bottom, top = make_layer(
+        'type: "SigmoidCrossEntropyLoss"',
+        [np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32)],
+    )
     run_forward(layer, bottom, top)
-    with pytest.raises(LayerError, match="under_test.*cannot backpropagate to label"):
+    with pytest.raises(LayerError, match=r"under_test.*cannot backpropagate to label"):
         layer.run_backward(top, [True, True], bottom)
-    with pytest.raises(LayerError, match="under_test.*same count"):
-        make_layer('type: "SigmoidCrossEntropyLoss"',
-                   [np.zeros((2, 3), np.float32), np.zeros((2, 2), np.float32)])  # fmt: skip
+    with pytest.raises(LayerError, match=r"under_test.*same count"):
+        make_layer(
+            'type: "SigmoidCrossEntropyLoss"',
+            [np.zeros((2, 3), np.float32), np.zeros((2, 2), np.float32)],
+        )

@@ -28,5 +28,5 @@ def test_backward_is_refused_with_the_layer_name():
     layer, bottom, top = make_layer('type: "Threshold"', [np.ones((2, 2), np.float32)])
     run_forward(layer, bottom, top)
     layer.run_backward(top, [False], bottom)  # nothing asked: fine
-    with pytest.raises(LayerError, match="under_test.*no backward"):
+    with pytest.raises(LayerError, match=r"under_test.*no backward"):
         layer.run_backward(top, [True], bottom)
