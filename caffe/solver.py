@@ -216,6 +216,7 @@ class Solver(SolverSnapshotMixin):
         """Run `iters` iterations of the training loop (fewer if an action stops it)."""
         p = self.param
         start_iter, stop_iter = self.iter, self.iter + int(iters)
+        self.requested_early_exit = False  # a stop ends one step()/solve() call, not the solver
         self._losses = []
         self.smoothed_loss = 0.0
         self._iteration_timer.stop()  # time only this call, not the pause since the last one

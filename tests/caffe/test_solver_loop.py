@@ -219,7 +219,6 @@ def test_stop_during_testing_interrupts_the_test_and_training(tmp_path):
     assert "Test interrupted." in log
     assert solver.iter == 0 and solver.requested_early_exit
     solver.set_action_function(lambda: "pause")
-    solver.requested_early_exit = False
     with pytest.raises(SolverError, match="'pause'"):
         solver.step(1)
 
