@@ -1,0 +1,33 @@
+"""Parameter: no bottom; one learnable blob of parameter_param.shape (zeros unless given),
+published as the top. Gradients that reach the top accumulate into the blob's diff."""
+
+from __future__ import annotations
+
+from caffe.layer import Layer, register_layer
+
+
+@register_layer("Parameter")
+class ParameterLayer(Layer):
+    exact_num_bottom = 0
+    exact_num_top = 1
+
+    def setup(self, bottom, top):
+        shape = list(self.layer_param.parameter_param.shape.dim)
+        if self.blobs:
+            if len(self.blobs) != 1 or self.blobs[0].shape != shape:
+                got = [b.shape for b in self.blobs]
+                raise self.error(f"given blobs have shapes {got}, expected [{shape}]")
+        else:
+            self.blobs.add_blob(*shape)  # zeros, as a fresh Caffe blob
+        top[0].reshape(shape)
+
+    def reshape(self, bottom, top):
+        """The shape is fixed at setup."""
+
+    def forward(self, bottom, top):
+        # The top aliases the parameter (Caffe's ShareData); a consumer never writes it.
+        top[0].set_data(self.blobs[0].data_tensor)
+
+    def backward(self, top, propagate_down, bottom):
+        if self.param_propagate_down[0]:
+            self.blobs[0].diff_tensor.add_(top[0].diff_tensor)
