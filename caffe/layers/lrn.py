@@ -1,0 +1,79 @@
+"""LRN: local response normalization over (N, C, H, W), y = x · scale^(−β).
+
+ACROSS_CHANNELS: scale = k + (α/n)·Σ x² over a window of n channels centred on the
+channel (zero-padded at the ends).
+WITHIN_CHANNEL: Caffe builds it from Power(2) → AVE pooling (kernel n, stride 1, pad
+(n−1)/2) → Power(power −β, scale α, shift 1) → product with x, so
+scale = 1 + (α/n²)·Σ x² over an n×n spatial window (zero-padded; k is not used).
+
+Both are one "window mean" M (a zero-padded average pooling whose divisor is always n
+or n², because the windows never pass the padding) and the same gradient:
+    dx = dy·scale^(−β) − 2αβ · x · M(dy · x · scale^(−β) / scale)
+(M is its own adjoint: the window is symmetric and the divisor constant).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from caffe.layer import Layer, register_layer
+from caffe.proto import caffe_pb2
+
+Region = caffe_pb2.LRNParameter
+
+
+@register_layer("LRN")
+class LRNLayer(Layer):
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def setup(self, bottom, top):
+        p = self.layer_param.lrn_param
+        self.size = p.local_size
+        if self.size <= 0 or self.size % 2 == 0:
+            raise self.error(f"LRN only supports odd values for local_size (got {self.size})")
+        self.alpha = p.alpha
+        self.beta = p.beta
+        self.across = p.norm_region == Region.ACROSS_CHANNELS
+        # WITHIN_CHANNEL's Power layer shifts by 1, whatever k says.
+        self.k = p.k if self.across else 1.0
+        self._saved: tuple[torch.Tensor, ...] | None = None
+
+    def reshape(self, bottom, top):
+        shape = bottom[0].shape
+        if len(shape) != 4:
+            raise self.error(
+                f"Input must have 4 axes, corresponding to (num, channels, height, width); "
+                f"bottom has shape {shape}"
+            )
+        top[0].reshape(shape)
+
+    def _window_mean(self, t: torch.Tensor) -> torch.Tensor:
+        half = (self.size - 1) // 2
+        if self.across:
+            n, c, h, w = t.shape
+            # Channels become the pooled "height" of a single-plane image.
+            planes = t.reshape(n, 1, c, h * w)
+            pooled = F.avg_pool2d(planes, (self.size, 1), 1, (half, 0), False, True)
+            return pooled.view(n, c, h, w)
+        return F.avg_pool2d(t, self.size, 1, half, False, True)
+
+    def forward(self, bottom, top):
+        x = bottom[0].data_tensor
+        scale = self._window_mean(x * x).mul_(self.alpha).add_(self.k)
+        power = scale.pow(-self.beta)
+        top[0].set_data(x * power)
+        # x is kept: an in-place top would otherwise replace it before backward.
+        self._saved = (x, scale, power)
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        if self._saved is None:
+            raise self.error("backward called without a forward pass")
+        x, scale, power = self._saved
+        scaled_dy = top[0].diff_tensor * power
+        inner = self._window_mean(scaled_dy * x / scale)
+        dx = torch.addcmul(scaled_dy, x, inner, value=-2 * self.alpha * self.beta)
+        bottom[0].set_diff(dx)
