@@ -56,16 +56,17 @@ class BatchNormLayer(Layer):
     def _pin_statistics(self) -> None:
         """Statistics are no parameters: lr_mult 0 for all three (Caffe's LayerSetUp rule)."""
         specs = self.layer_param.param
-        for i in range(len(self.blobs)):
-            if i < len(specs):
-                if specs[i].lr_mult != 0:
-                    raise self.error(
-                        f"param {i} has lr_mult {specs[i].lr_mult}: cannot configure batch "
-                        "normalization statistics as layer parameters (lr_mult must be 0)"
-                    )
-            else:
-                specs.add().lr_mult = 0.0
-                _log.info("Layer %s: statistics blob %d gets lr_mult 0", self.name, i)
+        for i, spec in enumerate(specs[: len(self.blobs)]):
+            if spec.lr_mult != 0:
+                raise self.error(
+                    f"param {i} has lr_mult {spec.lr_mult}: cannot configure batch "
+                    "normalization statistics as layer parameters (lr_mult must be 0)"
+                )
+        added = list(range(len(specs), len(self.blobs)))
+        for _ in added:
+            specs.add().lr_mult = 0.0
+        if added:
+            _log.info("Layer %s: lr_mult 0 for statistics blobs %s", self.name, added)
 
     def reshape(self, bottom, top):
         shape = bottom[0].shape
