@@ -6,15 +6,17 @@ The 1797 digits (8×8, values 0-16) ship inside scikit-learn, so nothing is down
 is scaled to 0-255, upscaled bilinearly to 20×20 and centred in a 28×28 black image, the way
 MNIST centres its digits in a 20×20 box, and stored as a Datum (1×28×28 uint8, label 0-9)
 under keys %08d in OUT_DIR/digits_train_lmdb and OUT_DIR/digits_test_lmdb. The split is a
-fixed permutation drawn from `seed`; records are stored in that shuffled order, so a Data layer
-(which reads in key order) sees the classes mixed. Existing databases at those paths are
-replaced.
+fixed permutation drawn from `seed`; the test set gets ceil(N·fraction) digits, as
+scikit-learn's train_test_split (360 of 1797 by default). Records are stored in the shuffled
+order, so a Data layer (which reads in key order) sees the classes mixed. Existing databases
+at those paths are replaced.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 
@@ -68,7 +70,7 @@ def convert_digits(out_dir: str, test_fraction: float = 0.2, seed: int = 0) -> t
         raise CaffeError(f"test fraction must be between 0 and 1, got {test_fraction}")
     images, labels = digits_as_mnist()
     order = np.random.default_rng(seed).permutation(len(images))
-    test_count = round(len(images) * test_fraction)
+    test_count = math.ceil(len(images) * test_fraction)  # as scikit-learn's train_test_split
     test, train = order[:test_count], order[test_count:]
     os.makedirs(out_dir, exist_ok=True)
     for name, indices in ((TRAIN_DB, train), (TEST_DB, test)):
