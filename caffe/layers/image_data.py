@@ -138,7 +138,7 @@ class ImageDataLayer(PrefetchingDataLayer):
 
     def make_loader(self, top):
         param = self.layer_param.image_data_param
-        pillow(f"{layer_label(self)} (ImageData)")
+        pillow(layer_label(self))
         if param.batch_size <= 0:
             raise self.error("image_data_param.batch_size must be positive")
         if (param.new_height > 0) != (param.new_width > 0):

@@ -64,6 +64,8 @@ class MemoryDataLayer(Layer):
                 f"{n} items requested from a data array of {data.shape[0]} and "
                 f"labels of {labels.size}"
             )
+        if labels.size != labels.shape[0]:
+            raise self.error(f"labels array must hold one value per item, got shape {labels.shape}")
         if n % self.batch_size:
             raise self.error(
                 f"n must be a multiple of batch_size: {n} items for batches of {self.batch_size}"

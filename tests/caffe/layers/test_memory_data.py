@@ -43,6 +43,8 @@ def test_count_and_shape_errors_name_the_layer():
     wrong = np.zeros((2, 3, 1, 2), np.float32)
     with pytest.raises(LayerError, match=r"'data'.*expected N×3×2×1"):
         net.set_input_arrays(wrong, labels[:2])
+    with pytest.raises(LayerError, match="one value per item"):
+        net.set_input_arrays(arrays(2)[0], np.zeros((2, 2, 1, 1), np.float32))
     with pytest.raises(CaffeError, match="float32"):
         net.set_input_arrays(data.astype(np.float64), labels)
 

@@ -1,3 +1,5 @@
+import io
+
 import numpy as np
 import pytest
 
@@ -75,7 +77,7 @@ def test_encoded_keeps_file_bytes_unless_resized(tmp_path, images):
     args = ["--encode_type=png", "--resize_height=2", "--resize_width=2", *listed]
     assert convert_imageset.main([*args, str(tmp_path / "small")]) == 0
     for _, datum in records(tmp_path / "small"):
-        with Image.open(__import__("io").BytesIO(datum.data)) as image:
+        with Image.open(io.BytesIO(datum.data)) as image:
             assert image.format == "PNG" and image.size == (2, 2)
 
 
