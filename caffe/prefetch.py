@@ -106,13 +106,19 @@ class Prefetcher:
 
     def next_batch(self) -> list[torch.Tensor]:
         """The next batch in load order; blocks until the thread has produced it."""
+        stopped = LayerError(f"{self.where}: the prefetch thread has stopped")
         while self._failure is None:
+            if self._stop.is_set():
+                raise stopped  # closed: queued batches are not handed out any more
             try:
                 item = self._batches.get(timeout=_STOP_POLL_S)
             except queue.Empty:
-                if self._stop.is_set() or not self.thread.is_alive():
-                    raise LayerError(f"{self.where}: the prefetch thread has stopped") from None
-                continue
+                if self.thread.is_alive():
+                    continue
+                try:  # the thread may have queued its last item (a failure) just before ending
+                    item = self._batches.get_nowait()
+                except queue.Empty:
+                    raise stopped from None
             if isinstance(item, _Failure):
                 self._failure = item.error
                 break

@@ -227,6 +227,7 @@ def test_prefetch_thread_stops_when_the_net_is_collected(tmp_path):
 def test_close_stops_the_thread(tmp_path):
     write_indexed_db(tmp_path / "db", 3)
     layer, bottom, top = make_layer(data_text(tmp_path / "db", 1), [], 2, TEST)
+    run_forward(layer, bottom, top)  # the thread is running and has batches queued
     layer.close()
     assert not layer.prefetcher.thread.is_alive()
     with pytest.raises(LayerError, match="prefetch thread has stopped"):
