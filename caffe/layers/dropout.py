@@ -35,11 +35,11 @@ class DropoutLayer(NeuronLayer):
             self._mask = None
             # A copy, as Caffe: the top must not alias the bottom unless it is the bottom.
             return x if self._in_place else x.clone()
-        # The kept mask already carries the 1/(1 − r) factor: backward is one multiply.
-        self._mask = torch.empty_like(x).bernoulli_(1.0 - self.ratio).mul_(self.scale)
-        return x * self._mask
+        # One fused kernel draws the mask (kept as bool) and scales the kept inputs.
+        y, self._mask = torch.native_dropout(x, self.ratio, True)
+        return y
 
     def gradient(self, x, y, dy):
         if self._mask is None:
             return dy if self._in_place else dy.clone()
-        return dy * self._mask
+        return torch.ops.aten.native_dropout_backward(dy, self._mask, self.scale)

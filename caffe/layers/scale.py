@@ -9,6 +9,8 @@ from forward for the scale gradient, so in place works.
 
 from __future__ import annotations
 
+import torch
+
 from caffe.fillers import fill
 from caffe.layer import Layer, register_layer
 from caffe.layers.bias import broadcast_geometry, operand_shape
@@ -60,11 +62,16 @@ class ScaleLayer(Layer):
         outer, dim, inner = self.geometry
         x = bottom[0].data_tensor
         self._input = x
-        y = x.reshape(outer, dim, inner) * self._scale(bottom).data_tensor.reshape(1, dim, 1)
-        if self.bias_term:
+        scale = self._scale(bottom).data_tensor.reshape(1, dim, 1)
+        x3 = x.reshape(outer, dim, inner)
+        if not self.bias_term:
+            y = x3 * scale
+        elif self.bias_geometry == self.geometry:  # the usual case: one fused x·s + b
+            y = torch.addcmul(self.blobs[self.bias_index].data_tensor.reshape(1, dim, 1), x3, scale)
+        else:
             outer, dim, inner = self.bias_geometry
             bias = self.blobs[self.bias_index].data_tensor.reshape(1, dim, 1)
-            y = y.reshape(outer, dim, inner) + bias
+            y = (x3 * scale).reshape(outer, dim, inner) + bias
         top[0].set_data(y.reshape(bottom[0].shape_tuple))
 
     def backward(self, top, propagate_down, bottom):
