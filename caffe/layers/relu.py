@@ -21,18 +21,21 @@ class ReLULayer(Layer):
     def forward(self, bottom, top):
         x = bottom[0].data_tensor
         if self.negative_slope == 0:
-            top[0].set_data(torch.relu(x))
+            y = torch.relu(x)
         else:
-            top[0].set_data(torch.where(x > 0, x, x * self.negative_slope))
+            y = torch.where(x > 0, x, x * self.negative_slope)
+        # Keep the output: its sign is the input's (slope >= 0), and unlike the blob it
+        # cannot be replaced by a later in-place layer before backward runs.
+        self._output = y
+        top[0].set_data(y)
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        # In-place, bottom data now holds the output; its sign equals the input's.
-        x = bottom[0].data_tensor
+        y = self._output
         dy = top[0].diff_tensor
         if self.negative_slope == 0:
-            dx = torch.ops.aten.threshold_backward(dy, x, 0)
+            dx = torch.ops.aten.threshold_backward(dy, y, 0)
         else:
-            dx = torch.where(x > 0, dy, dy * self.negative_slope)
+            dx = torch.where(y > 0, dy, dy * self.negative_slope)
         bottom[0].set_diff(dx)
