@@ -255,7 +255,9 @@ void Coordinator::on_frame(Peer& peer, const FrameHeader& h) {
       }
       case FrameType::kFailure: {
         const Failure f = decode_failure(body.data(), body.size());
-        log_line("coordinator", "failure reported by " + m.id.str() + ": " + f.reason);
+        if (phase_ != Phase::kAborted) {
+          log_line("coordinator", "failure reported by " + m.id.str() + ": " + f.reason);
+        }
         fail_locked(f.peer.empty() ? m.id.str() : f.peer, f.reason);
         return;
       }
@@ -320,7 +322,11 @@ void Coordinator::run() {
   if (config_.verbose) log_line("coordinator", "listening on " + address_);
   std::unique_lock<std::mutex> lock(mu_);
   while (phase_ == Phase::kRendezvous || phase_ == Phase::kRunning) {
-    cv_.wait_for(lock, std::chrono::milliseconds(config_.heartbeat_interval_ms));
+    int64_t wait_ms = config_.heartbeat_interval_ms;
+    if (phase_ == Phase::kRendezvous) {
+      wait_ms = std::max<int64_t>(1, std::min(wait_ms, start + config_.timeout_ms - now_ms() + 1));
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(wait_ms));
     if (phase_ == Phase::kRendezvous && now_ms() - start > config_.timeout_ms) {
       std::string missing;
       for (int r = 0; r < config_.num_workers; ++r) {

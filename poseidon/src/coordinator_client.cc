@@ -113,6 +113,13 @@ Plan CoordinatorClient::wait_plan(Deadline deadline) {
   return *plan_;
 }
 
+std::optional<Plan> CoordinatorClient::wait_plan_or_shutdown(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  wait_for(lock, deadline, "waiting for the plan",
+           [&] { return plan_.has_value() || shutdown_received_.load(); });
+  return plan_;
+}
+
 void CoordinatorClient::barrier(const std::string& name, Deadline deadline) {
   std::shared_ptr<Peer> peer;
   uint64_t seq = 0;

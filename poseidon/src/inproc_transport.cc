@@ -23,22 +23,23 @@ constexpr size_t kPipeBytes = size_t{1} << 20;
 // One direction of a connection: a ring buffer of kPipeBytes.
 class Pipe {
  public:
-  Pipe() : ring_(kPipeBytes) {}
+  // Uninitialized: only the bytes written are touched (cheap short-lived pipes).
+  Pipe() : ring_(new uint8_t[kPipeBytes]) {}
 
   // Appends all bytes, blocking while full. Throws once the reader is gone.
   void write(const uint8_t* src, size_t n, Deadline deadline, const std::string& peer) {
     std::unique_lock<std::mutex> lock(mu_);
     while (n > 0) {
       if (!cv_.wait_until(lock, deadline.time_point(),
-                          [&] { return reader_gone_ || writer_done_ || size_ < ring_.size(); })) {
+                          [&] { return reader_gone_ || writer_done_ || size_ < kPipeBytes; })) {
         throw TransportError(Kind::kTimeout, "send to " + peer + " stalled (pipe full)");
       }
       if (reader_gone_ || writer_done_) {
         throw TransportError(Kind::kReset, "send to " + peer + " failed: connection closed");
       }
-      const size_t tail = (head_ + size_) % ring_.size();
-      const size_t run = std::min({n, ring_.size() - size_, ring_.size() - tail});
-      std::memcpy(ring_.data() + tail, src, run);
+      const size_t tail = (head_ + size_) % kPipeBytes;
+      const size_t run = std::min({n, kPipeBytes - size_, kPipeBytes - tail});
+      std::memcpy(ring_.get() + tail, src, run);
       size_ += run;
       src += run;
       n -= run;
@@ -65,9 +66,9 @@ class Pipe {
                                                 std::to_string(got) + " of " + std::to_string(n) +
                                                 " expected bytes");
       }
-      const size_t run = std::min({n - got, size_, ring_.size() - head_});
-      std::memcpy(dst + got, ring_.data() + head_, run);
-      head_ = (head_ + run) % ring_.size();
+      const size_t run = std::min({n - got, size_, kPipeBytes - head_});
+      std::memcpy(dst + got, ring_.get() + head_, run);
+      head_ = (head_ + run) % kPipeBytes;
       size_ -= run;
       got += run;
       cv_.notify_all();
@@ -89,7 +90,7 @@ class Pipe {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<uint8_t> ring_;
+  std::unique_ptr<uint8_t[]> ring_;
   size_t head_ = 0;
   size_t size_ = 0;
   bool writer_done_ = false;

@@ -95,6 +95,12 @@ void KVServer::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
       [this, weak, scratch](Peer&, const FrameHeader& h) {
         std::shared_ptr<Peer> self_peer = weak.lock();
         if (!self_peer) return;
+        if (h.type == FrameType::kAbort) {
+          // A worker that aborted tells us why before it closes.
+          const std::vector<uint8_t> body = self_peer->read_body();
+          abort_->trip(decode_failure(body.data(), body.size()));
+          return;
+        }
         if (h.type != FrameType::kPush) {
           reject("unexpected " + frame_type_name(static_cast<uint16_t>(h.type)) +
                  " at a server shard");
@@ -313,9 +319,11 @@ void KVServer::on_closed(Peer& peer, const std::string& reason, bool clean) {
     log_line(self_.str(), "dropped connection from " + peer.remote().str() + " [" +
                               peer.remote_address() + "]: " + reason);
   if (peer.primary && !clean) {
-    abort_->trip(Failure{peer.remote().str(), peer.remote().str() + " is gone (seen by " +
-                                                  self_.str() + "): " + reason + "; " +
-                                                  pending_summary()});
+    const std::string name = peer.remote().str();
+    const std::string prefix = name + ": ";
+    const std::string what = reason.rfind(prefix, 0) == 0 ? reason.substr(prefix.size()) : reason;
+    abort_->trip(Failure{
+        name, name + " is gone (seen by " + self_.str() + "): " + what + "; " + pending_summary()});
   }
 }
 
@@ -339,8 +347,15 @@ void KVServer::run() {
   }
   acceptor_->start();
   try {
-    coord_->connect(Deadline::after_ms(config_.timeout_ms));
-    build_slots(coord_->wait_plan(Deadline::after_ms(config_.timeout_ms)));
+    // The coordinator gives up on the rendezvous after timeout_ms and says
+    // who never came; wait a little longer so we hear that reason.
+    coord_->connect(Deadline::after_ms(config_.timeout_ms + config_.heartbeat_timeout_ms));
+    // No deadline of our own: workers may take long to build their nets, and
+    // their plan() calls time out (aborting everyone) if one never declares.
+    // Liveness meanwhile is the heartbeats' job.
+    if (std::optional<Plan> plan = coord_->wait_plan_or_shutdown(Deadline::never())) {
+      build_slots(*plan);
+    }
     if (config_.verbose)
       log_line(self_.str(), "serving " + std::to_string(slots_.size()) + " chunks");
   } catch (const TimeoutError& e) {

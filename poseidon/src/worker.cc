@@ -93,7 +93,9 @@ void Worker::connect() {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kNew) throw ConfigError(self_.str() + ": connect called twice");
   }
-  const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
+  // The coordinator gives up on the rendezvous after timeout_ms and says who
+  // never came; wait a little longer so we hear that reason.
+  const Deadline deadline = Deadline::after_ms(config_.timeout_ms + config_.heartbeat_timeout_ms);
   try {
     book_ = coord_->connect(deadline);
     auto dial = [&](const std::string& address, Role role, int rank) {

@@ -29,6 +29,8 @@ struct ClusterOptions {
   int comm_threads = 2;
   poseidon::SchemeChoice scheme = poseidon::SchemeChoice::kAuto;
   std::string token = "test-token";
+  // Optional per-worker changes (e.g. a wrong token for one rank).
+  std::function<void(poseidon::Config&, int rank)> worker_config;
 };
 
 inline poseidon::Config make_config(const ClusterOptions& o, poseidon::Role role, int rank,
@@ -83,7 +85,9 @@ class LocalCluster {
     for (int r = 0; r < opts_.workers; ++r) {
       ts.emplace_back([&, r] {
         capture(&errors[static_cast<size_t>(r)], [&] {
-          poseidon::Worker w(make_config(opts_, poseidon::Role::kWorker, r, address_));
+          poseidon::Config c = make_config(opts_, poseidon::Role::kWorker, r, address_);
+          if (opts_.worker_config) opts_.worker_config(c, r);
+          poseidon::Worker w(c);
           w.connect();
           fn(w, r);
         });

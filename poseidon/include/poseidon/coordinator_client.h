@@ -39,8 +39,11 @@ class CoordinatorClient {
   // Workers: declares this worker's layers and blocks until the coordinator
   // sends the plan (built once all workers declared theirs).
   Plan request_plan(const std::vector<LayerSpec>& layers, Deadline deadline);
-  // Servers: blocks until the plan arrives.
+  // Blocks until the plan arrives.
   Plan wait_plan(Deadline deadline);
+  // Servers: blocks until the plan arrives (returns it), or SHUTDOWN comes
+  // first (a job that never declared layers; returns nothing), or abort.
+  std::optional<Plan> wait_plan_or_shutdown(Deadline deadline);
   // Workers: blocks until every worker entered its barrier with the same
   // sequence number (barriers must be entered in the same order everywhere;
   // the coordinator aborts on a name mismatch).

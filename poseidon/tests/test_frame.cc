@@ -1,0 +1,197 @@
+// The frame codec and the control-message codecs: round trips, and every
+// rejection decode_header and the message decoders promise.
+
+#include <cstring>
+
+#include "check.h"
+#include "poseidon/frame.h"
+#include "poseidon/handshake.h"
+#include "poseidon/messages.h"
+#include "poseidon/wire.h"
+
+using namespace poseidon;
+
+namespace {
+
+FrameHeader sample() {
+  FrameHeader h;
+  h.type = FrameType::kFactor;
+  h.sender_role = Role::kWorker;
+  h.sender_rank = 4095;
+  h.layer = 0xDEADBEEF;
+  h.chunk = 7;
+  h.iteration = -123456789012345;
+  h.total_floats = (uint64_t{1} << 40) + 3;
+  h.payload_bytes = 4096;
+  return h;
+}
+
+std::string decode(const uint8_t* b, size_t n, size_t max, FrameHeader* out) {
+  return decode_header(b, n, max, out);
+}
+
+}  // namespace
+
+TEST(header_round_trip) {
+  uint8_t b[kFrameHeaderBytes];
+  const FrameHeader h = sample();
+  encode_header(h, b);
+  // Magic is "PSDN" on the wire: little-endian bytes, independent of the host.
+  CHECK_EQ(std::string(reinterpret_cast<char*>(b), 4), std::string("PSDN"));
+  CHECK_EQ(b[4], 1);  // version, little-endian
+  CHECK_EQ(b[5], 0);
+  FrameHeader d;
+  CHECK_EQ(decode(b, sizeof b, 1 << 20, &d), std::string());
+  CHECK(d.type == h.type);
+  CHECK(d.sender_role == h.sender_role);
+  CHECK_EQ(d.sender_rank, h.sender_rank);
+  CHECK_EQ(d.layer, h.layer);
+  CHECK_EQ(d.chunk, h.chunk);
+  CHECK_EQ(d.iteration, h.iteration);
+  CHECK_EQ(d.total_floats, h.total_floats);
+  CHECK_EQ(d.payload_bytes, h.payload_bytes);
+  CHECK_CONTAINS(d.debug_string(), "FACTOR from worker 4095");
+}
+
+TEST(header_rejections) {
+  uint8_t b[kFrameHeaderBytes];
+  FrameHeader d;
+  encode_header(sample(), b);
+  CHECK_CONTAINS(decode(b, 47, 1 << 20, &d), "47 bytes");
+
+  uint8_t bad[kFrameHeaderBytes];
+  std::memcpy(bad, b, sizeof b);
+  bad[0] = 'X';
+  CHECK_CONTAINS(decode(bad, sizeof bad, 1 << 20, &d), "bad magic");
+
+  std::memcpy(bad, b, sizeof b);
+  bad[4] = 7;
+  CHECK_CONTAINS(decode(bad, sizeof bad, 1 << 20, &d), "unsupported protocol version 7");
+
+  std::memcpy(bad, b, sizeof b);
+  bad[6] = 99;
+  CHECK_CONTAINS(decode(bad, sizeof bad, 1 << 20, &d), "unknown frame type 99");
+
+  std::memcpy(bad, b, sizeof b);
+  bad[8] = 9;
+  CHECK_CONTAINS(decode(bad, sizeof bad, 1 << 20, &d), "unknown sender role 9");
+
+  std::memcpy(bad, b, sizeof b);
+  bad[10] = 1;
+  CHECK_CONTAINS(decode(bad, sizeof bad, 1 << 20, &d), "reserved");
+
+  // An absurd length is refused before anything is allocated or read.
+  FrameHeader big = sample();
+  big.payload_bytes = ~uint64_t{0};
+  encode_header(big, bad);
+  CHECK_CONTAINS(decode(bad, sizeof bad, 1 << 20, &d), "exceeds the limit");
+
+  FrameHeader odd = sample();
+  odd.payload_bytes = 4097;
+  encode_header(odd, bad);
+  CHECK_CONTAINS(decode(bad, sizeof bad, 1 << 20, &d), "not whole floats");
+
+  // A control frame may carry any byte count.
+  odd.type = FrameType::kPlan;
+  encode_header(odd, bad);
+  CHECK_EQ(decode(bad, sizeof bad, 1 << 20, &d), std::string());
+}
+
+TEST(byte_reader_bounds) {
+  ByteWriter w;
+  w.u32(1000000);  // a count far larger than the bytes that follow
+  const auto bytes = w.take();
+  ByteReader r(bytes.data(), bytes.size(), "test");
+  CHECK_THROWS(r.count(4), ProtocolError, "cannot fit");
+  ByteReader r2(bytes.data(), 3, "test");
+  CHECK_THROWS(r2.u32(), ProtocolError, "truncated");
+  ByteWriter s;
+  s.str(std::string(100, 'x'));
+  const auto sb = s.take();
+  ByteReader r3(sb.data(), sb.size(), "test");
+  CHECK_THROWS(r3.str(10), ProtocolError, "exceeds");
+}
+
+TEST(message_round_trips) {
+  const Hello hello{"secret", "10.0.0.1:4000"};
+  auto hb = encode_hello(hello);
+  const Hello h2 = decode_hello(hb.data(), hb.size());
+  CHECK_EQ(h2.token, hello.token);
+  CHECK_EQ(h2.address, hello.address);
+
+  AddressBook book{{"a:1", "b:2", "c:3"}, {"d:4"}};
+  auto bb = encode_address_book(book);
+  const AddressBook b2 = decode_address_book(bb.data(), bb.size());
+  CHECK(b2.workers == book.workers);
+  CHECK(b2.servers == book.servers);
+
+  LayerSpec fc;
+  fc.layer_id = 6;
+  fc.name = "fc6";
+  fc.kind = LayerKind::kFullyConnected;
+  fc.m = 4096;
+  fc.n = 25088;
+  fc.k = 32;
+  fc.num_floats = 4096 * 25088 + 4096;
+  LayerSpec conv = fc;
+  conv.layer_id = 1;
+  conv.name = "conv1";
+  conv.kind = LayerKind::kConvolution;
+  conv.num_floats = 1000;
+  conv.force = SchemeChoice::kPS;
+  auto sb = encode_layer_specs({conv, fc});
+  const auto specs = decode_layer_specs(sb.data(), sb.size());
+  REQUIRE(specs.size() == 2);
+  CHECK(specs[0] == conv);
+  CHECK(specs[1] == fc);
+
+  const Plan plan = make_plan({conv, fc}, 16, 16, 1 << 20, SchemeChoice::kAuto);
+  auto pb = encode_plan(plan);
+  const Plan p2 = decode_plan(pb.data(), pb.size());
+  REQUIRE(p2.layers.size() == 2);
+  CHECK_EQ(p2.num_workers, 16);
+  CHECK_EQ(p2.chunk_bytes, size_t{1} << 20);
+  CHECK(p2.layers[1].scheme == Scheme::kSFB);
+  CHECK(p2.layers[0].scheme == Scheme::kPS);
+  CHECK_EQ(p2.layers[0].num_chunks, plan.layers[0].num_chunks);
+  CHECK_EQ(p2.layers[1].cost.sfb_floats, plan.layers[1].cost.sfb_floats);
+
+  auto fb = encode_failure(Failure{"worker 1 (x:1)", "it died"});
+  const Failure f = decode_failure(fb.data(), fb.size());
+  CHECK_EQ(f.peer, std::string("worker 1 (x:1)"));
+  CHECK_EQ(f.reason, std::string("it died"));
+
+  auto gb = encode_progress(Progress{-1, 42});
+  const Progress g = decode_progress(gb.data(), gb.size());
+  CHECK_EQ(g.iteration, int64_t{-1});
+  CHECK_EQ(g.layer, int64_t{42});
+
+  auto tb = encode_text("barrier-1");
+  CHECK_EQ(decode_text(tb.data(), tb.size()), std::string("barrier-1"));
+}
+
+TEST(message_rejections) {
+  auto pb = encode_plan(make_plan({}, 2, 2, 1024, SchemeChoice::kAuto));
+  pb[0] = 0;  // zero workers
+  CHECK_THROWS(decode_plan(pb.data(), pb.size()), ProtocolError, "0 workers");
+  auto hb = encode_hello(Hello{"t", "a"});
+  hb.push_back(0);
+  CHECK_THROWS(decode_hello(hb.data(), hb.size()), ProtocolError, "trailing");
+  LayerSpec s;
+  s.kind = LayerKind::kOther;
+  auto lb = encode_layer_specs({s});
+  lb[4 + 4 + 4] = 9;  // count, id, empty name length, then the kind byte
+  CHECK_THROWS(decode_layer_specs(lb.data(), lb.size()), ProtocolError, "unknown layer kind 9");
+  // Two layers with one id: the plan refuses it.
+  CHECK_THROWS(make_plan({s, s}, 1, 1, 1024, SchemeChoice::kAuto), ConfigError, "declared twice");
+}
+
+TEST(constant_time_compare) {
+  CHECK(constant_time_equal("abc", "abc"));
+  CHECK(!constant_time_equal("abc", "abd"));
+  CHECK(!constant_time_equal("abc", "abcd"));
+  CHECK(!constant_time_equal("", "a"));
+  CHECK(constant_time_equal("", ""));
+}
+
+TEST_MAIN()

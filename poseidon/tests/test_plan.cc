@@ -1,0 +1,73 @@
+// The plan: chunk counts, round-robin placement over shards, forced schemes.
+
+#include <map>
+
+#include "check.h"
+#include "poseidon/plan.h"
+
+using namespace poseidon;
+
+namespace {
+LayerSpec spec(uint32_t id, uint64_t floats, LayerKind kind = LayerKind::kOther) {
+  LayerSpec s;
+  s.layer_id = id;
+  s.name = "l" + std::to_string(id);
+  s.kind = kind;
+  s.m = floats;
+  s.n = 1;
+  s.k = 1;
+  s.num_floats = floats;
+  return s;
+}
+}  // namespace
+
+TEST(chunk_counts) {
+  CHECK_EQ(count_chunks(0, 1024), 1u);  // an empty tensor still makes one round
+  CHECK_EQ(count_chunks(1, 1024), 1u);
+  CHECK_EQ(count_chunks(1023, 1024), 1u);
+  CHECK_EQ(count_chunks(1024, 1024), 1u);
+  CHECK_EQ(count_chunks(1025, 1024), 2u);
+  Plan p = make_plan({spec(0, 2049)}, 1, 1, 4096, SchemeChoice::kAuto);
+  CHECK_EQ(p.chunk_length(2049, 0), size_t{1024});
+  CHECK_EQ(p.chunk_length(2049, 2), size_t{1});
+  CHECK_EQ(p.chunk_offset(2), size_t{2048});
+}
+
+TEST(chunks_spread_evenly_over_shards) {
+  // Many one-chunk layers must not all land on shard 0.
+  std::vector<LayerSpec> specs;
+  for (uint32_t i = 0; i < 12; ++i) specs.push_back(spec(i, 10));
+  specs.push_back(spec(99, 1024 * 9));  // 9 chunks
+  const Plan p = make_plan(specs, 2, 3, 4096, SchemeChoice::kAuto);
+  std::map<int, int> per_shard;
+  for (const LayerPlan& l : p.layers) {
+    for (uint32_t c = 0; c < l.num_chunks; ++c) ++per_shard[p.shard_of(l, c)];
+  }
+  CHECK_EQ(per_shard[0], 7);
+  CHECK_EQ(per_shard[1], 7);
+  CHECK_EQ(per_shard[2], 7);
+}
+
+TEST(schemes_and_forcing) {
+  LayerSpec fc = spec(5, 4096 * 4096, LayerKind::kFullyConnected);
+  fc.m = 4096;
+  fc.n = 4096;
+  fc.k = 32;
+  LayerSpec conv = spec(1, 1000, LayerKind::kConvolution);
+  Plan p = make_plan({conv, fc}, 16, 16, 4 << 20, SchemeChoice::kAuto);
+  CHECK(p.find(5)->scheme == Scheme::kSFB);
+  CHECK(p.find(1)->scheme == Scheme::kPS);
+  CHECK_EQ(p.find(5)->num_chunks, 0u);  // SFB layers have no PS chunks
+  CHECK(p.find(7) == nullptr);
+  p = make_plan({conv, fc}, 16, 16, 4 << 20, SchemeChoice::kPS);
+  CHECK(p.find(5)->scheme == Scheme::kPS);
+  p = make_plan({conv, fc}, 16, 16, 4 << 20, SchemeChoice::kSFB);
+  CHECK(p.find(1)->scheme == Scheme::kSFB);
+  // A per-layer force beats the cluster-wide one.
+  conv.force = SchemeChoice::kPS;
+  p = make_plan({conv, fc}, 16, 16, 4 << 20, SchemeChoice::kSFB);
+  CHECK(p.find(1)->scheme == Scheme::kPS);
+  CHECK(p.find(5)->scheme == Scheme::kSFB);
+}
+
+TEST_MAIN()
