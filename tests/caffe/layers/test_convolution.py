@@ -30,7 +30,7 @@ def torch_conv(x, layer, stride, pad, dilation, group, channel_axis=1):
 CASES = [
     ((2, 3, 6, 5), "num_output: 4 kernel_size: 3 pad: 1", 1, 1, 1, 1, 1),
     ((1, 3, 7, 6), "num_output: 2 kernel_size: 3 stride: 2 bias_term: false", 2, 0, 1, 1, 1),
-    ((2, 4, 7, 7), "num_output: 6 kernel_size: 3 group: 2 dilation: 2 pad: 1", 1, 1, 2, 2, 1),
+    ((2, 4, 5, 5), "num_output: 6 kernel_size: 3 group: 2 dilation: 2 pad: 1", 1, 1, 2, 2, 1),
     ((1, 2, 5, 9), "num_output: 3 kernel_h: 1 kernel_w: 7 pad_h: 0 pad_w: 3", 1, (0, 3), 1, 1, 1),
     ((1, 2, 9, 4), "num_output: 2 kernel_h: 7 kernel_w: 1 pad_h: 3 pad_w: 0", 1, (3, 0), 1, 1, 1),
     ((2, 2, 7, 8), "num_output: 2 kernel_size: 3 stride_h: 2 stride_w: 3", (2, 3), 0, 1, 1, 1),
@@ -39,7 +39,7 @@ CASES = [
     ((2, 3, 9), "num_output: 3 kernel_size: 3 stride: 2 dilation: 2", 2, 0, 2, 1, 1),
     ((1, 2, 4, 5, 3), "num_output: 2 kernel_size: 2 kernel_size: 3 kernel_size: 1 pad: 1",
      1, 1, 1, 1, 1),
-    ((2, 2, 3, 5, 4), "num_output: 3 kernel_size: 3 pad: 1 axis: 2", 1, 1, 1, 1, 2),
+    ((2, 1, 3, 4, 4), "num_output: 3 kernel_size: 3 pad: 1 axis: 2", 1, 1, 1, 1, 2),
     ((1, 6, 5, 5), "num_output: 3 kernel_size: 3 group: 3 stride: 2 pad: 2", 2, 2, 1, 3, 1),
 ]  # fmt: skip
 

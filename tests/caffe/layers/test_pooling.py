@@ -5,6 +5,7 @@ import torch
 from caffe.errors import LayerError
 from caffe.proto import caffe_pb2
 from tests.caffe.layer_harness import check_gradient, make_layer, run_forward
+from tests.caffe.layers.cuda_compare import assert_cuda_matches_cpu, needs_cuda
 
 FLT_MAX = np.float32(3.4028234663852886e38)
 FLT_MIN = 1.1754943508222875e-38
@@ -94,13 +95,13 @@ def test_ceil_shapes_and_values_match_caffe(size, k, s, p, expected, method):
 
 CASES = [
     # (shape, kernel, stride, pad)
-    ((2, 2, 7, 7), 3, 2, None),  # ceil extension without padding
+    ((2, 1, 7, 7), 3, 2, None),  # ceil extension without padding
     ((1, 2, 7, 6), 3, 2, 1),  # pad, odd sizes, batch 1
     ((2, 1, 5, 5), 3, 2, 2),  # pad > k/2: the explicitly padded path
     ((1, 2, 6, 6), 1, 2, None),  # k < s: unpadded ceil window past the image
-    ((2, 2, 9, 8), (1, 3), 1, (0, 1)),  # asymmetric kernel_h/kernel_w with pad_h/pad_w
+    ((2, 1, 7, 6), (1, 3), 1, (0, 1)),  # asymmetric kernel_h/kernel_w with pad_h/pad_w
     ((1, 3, 5, 9), (3, 1), (2, 1), (1, 0)),  # Inception-V3 style 3×1
-    ((1, 2, 5, 5), 2, 2, (1, 0)),  # padding on one axis clips both
+    ((1, 2, 5, 6), (2, 1), 2, (1, 0)),  # padding on one axis clips both
 ]
 
 
@@ -140,7 +141,7 @@ def test_max_mask_top_is_the_flat_argmax(shape, kernel, stride, pad):
 
 @pytest.mark.parametrize("method", ["MAX", "AVE"])
 def test_floor_round_mode_matches_torch(method):
-    x = distinct((2, 3, 7, 8), seed=3)
+    x = distinct((2, 1, 7, 8), seed=3)
     text = pool_text(method, 3, 2, 1, extra="round_mode: FLOOR")
     layer, bottom, top = make_layer(text, [x])
     (y,) = run_forward(layer, bottom, top)
@@ -239,3 +240,18 @@ def test_mask_top_only_for_max_and_4d_input_required():
         make_layer(pool_text("AVE", 2), [np.zeros((1, 1, 4, 4), np.float32)], num_tops=2)
     with pytest.raises(LayerError, match=r"under_test.*4 axes"):
         make_layer(pool_text("MAX", 2), [np.zeros((1, 4, 4), np.float32)])
+
+
+@needs_cuda
+@pytest.mark.parametrize("shape,kernel,stride,pad", CASES)
+@pytest.mark.parametrize("method", ["MAX", "AVE"])
+def test_cuda_matches_cpu(shape, kernel, stride, pad, method):
+    x = distinct(shape, seed=5)
+    tops = 2 if method == "MAX" else 1
+    assert_cuda_matches_cpu(pool_text(method, kernel, stride, pad), [x], num_tops=tops)
+
+
+@needs_cuda
+def test_cuda_matches_cpu_stochastic_test_phase():
+    x = np.random.default_rng(5).uniform(0.1, 1.0, (2, 2, 5, 6)).astype(np.float32)
+    assert_cuda_matches_cpu(pool_text("STOCHASTIC", 3, 2), [x], phase=caffe_pb2.TEST)
