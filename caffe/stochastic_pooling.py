@@ -22,7 +22,11 @@ FLT_MIN = 1.1754943508222875e-38
 
 
 class StochasticPooling:
-    """Forward/backward of stochastic pooling for one (N, C, H, W) input geometry."""
+    """Forward/backward of stochastic pooling for one (N, C, H, W) input geometry.
+
+    Stateless: what TRAIN backward needs (the drawn elements) is returned by
+    forward_train and handed back by the caller.
+    """
 
     def __init__(
         self,
@@ -42,8 +46,6 @@ class StochasticPooling:
         self.pads = (0, right[1], 0, right[0])
         self.padded_hw = (h + right[0], w + right[1])
         self.planes = n * c
-        self._cols: torch.Tensor | None = None
-        self._choice: torch.Tensor | None = None
 
     def _windows(self, x: torch.Tensor) -> torch.Tensor:
         """(N·C, k_h·k_w, L): one column per output position."""
@@ -55,7 +57,8 @@ class StochasticPooling:
         plane = F.fold(dcols, self.padded_hw, self.kernel, stride=self.stride)
         return F.pad(plane, [-p for p in self.pads]).reshape(self.in_shape)
 
-    def forward_train(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_train(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The drawn activations and, for backward, which window element each one is."""
         cols = self._windows(x)
         running = cols.cumsum(dim=1)
         threshold = torch.rand_like(running[:, -1:]) * running[:, -1:]
@@ -64,26 +67,25 @@ class StochasticPooling:
         choice = torch.where(reached.any(dim=1, keepdim=True),
                              reached.to(torch.int8).argmax(dim=1, keepdim=True),
                              torch.full_like(threshold, last, dtype=torch.long))  # fmt: skip
-        self._cols, self._choice = None, choice
-        return cols.gather(1, choice).reshape(*self.in_shape[:2], *self.out_hw)
+        y = cols.gather(1, choice).reshape(*self.in_shape[:2], *self.out_hw)
+        return y, choice
+
+    def backward_train(self, dy: torch.Tensor, choice: torch.Tensor) -> torch.Tensor:
+        dy = dy.reshape(self.planes, 1, -1)
+        window = self.kernel[0] * self.kernel[1]
+        dcols = dy.new_zeros(self.planes, window, dy.shape[2]).scatter_(1, choice, dy)
+        return self._to_input(dcols)
 
     def forward_test(self, x: torch.Tensor) -> torch.Tensor:
         cols = self._windows(x)
-        self._cols, self._choice = cols, None
         weighted = (cols * cols).sum(dim=1) / (cols.sum(dim=1) + FLT_MIN)
         return weighted.reshape(*self.in_shape[:2], *self.out_hw)
 
-    def backward(self, dy: torch.Tensor) -> torch.Tensor:
+    def backward_test(self, dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The exact gradient of the TEST output (Caffe itself has none for this phase)."""
+        # d/dx_i of Q/S with S = FLT_MIN + Σx, Q = Σx²: (2·x_i·S − Q) / S².
+        cols = self._windows(x)
+        total = cols.sum(dim=1, keepdim=True) + FLT_MIN
+        squares = (cols * cols).sum(dim=1, keepdim=True)
         dy = dy.reshape(self.planes, 1, -1)
-        if self._choice is not None:
-            window = self.kernel[0] * self.kernel[1]
-            dcols = dy.new_zeros(self.planes, window, dy.shape[2]).scatter_(1, self._choice, dy)
-        elif self._cols is not None:
-            # d/dx_i of Q/S with S = FLT_MIN + Σx, Q = Σx²: (2·x_i·S − Q) / S².
-            cols = self._cols
-            total = cols.sum(dim=1, keepdim=True) + FLT_MIN
-            squares = (cols * cols).sum(dim=1, keepdim=True)
-            dcols = dy * (2 * cols * total - squares) / (total * total)
-        else:
-            raise RuntimeError("stochastic pooling backward without a forward pass")
-        return self._to_input(dcols)
+        return self._to_input(dy * (2 * cols * total - squares) / (total * total))

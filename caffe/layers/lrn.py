@@ -59,19 +59,23 @@ class LRNLayer(Layer):
             return pooled.view(n, c, h, w)
         return F.avg_pool2d(t, self.size, 1, half, False, True)
 
+    def _scale_and_power(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scale = self._window_mean(x * x).mul_(self.alpha).add_(self.k)
+        return scale, scale.pow(-self.beta)
+
     def forward(self, bottom, top):
         x = bottom[0].data_tensor
-        scale = self._window_mean(x * x).mul_(self.alpha).add_(self.k)
-        power = scale.pow(-self.beta)
+        scale, power = self._scale_and_power(x)
         top[0].set_data(x * power)
-        # x is kept: an in-place top would otherwise replace it before backward.
-        self._saved = (x, scale, power)
+        # x is kept too: an in-place top would otherwise replace it before backward.
+        self._saved = (x, scale, power) if self.need_backward else None
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
         if self._saved is None:
-            raise self.error("backward called without a forward pass")
+            x = bottom[0].data_tensor
+            self._saved = (x, *self._scale_and_power(x))
         x, scale, power = self._saved
         scaled_dy = top[0].diff_tensor * power
         inner = self._window_mean(scaled_dy * x / scale)

@@ -67,6 +67,8 @@ class PoolingLayer(Layer):
                     f"pad {list(self.pad)} must be smaller than the kernel {list(self.kernel)}"
                 )
         self._stochastic: StochasticPooling | None = None
+        self._argmax: torch.Tensor | None = None  # MAX: winners of the last forward
+        self._drawn: torch.Tensor | None = None  # STOCHASTIC TRAIN: the drawn elements
 
     def _read_kernel(self, p) -> tuple[int, int]:
         has_size, has_h, has_w = (p.HasField(f) for f in ("kernel_size", "kernel_h", "kernel_w"))
@@ -135,7 +137,8 @@ class PoolingLayer(Layer):
         x = bottom[0].data_tensor
         if self.method == Pool.STOCHASTIC:
             if self.phase == caffe_pb2.TRAIN:
-                top[0].set_data(self._stochastic.forward_train(x))
+                y, self._drawn = self._stochastic.forward_train(x)
+                top[0].set_data(y)
             else:
                 top[0].set_data(self._stochastic.forward_test(x))
             return
@@ -160,8 +163,14 @@ class PoolingLayer(Layer):
             return
         dy = top[0].diff_tensor
         x = bottom[0].data_tensor
+        drawing = self.method == Pool.STOCHASTIC and self.phase == caffe_pb2.TRAIN
+        if (self.method == Pool.MAX and self._argmax is None) or (drawing and self._drawn is None):
+            raise self.error("backward called without a forward pass")
         if self.method == Pool.STOCHASTIC:
-            bottom[0].set_diff(self._stochastic.backward(dy))
+            if self.phase == caffe_pb2.TRAIN:
+                bottom[0].set_diff(self._stochastic.backward_train(dy, self._drawn))
+            else:
+                bottom[0].set_diff(self._stochastic.backward_test(dy, x))
             return
         x_in, pad, ceil_mode = self._pool_input(x)
         if self.method == Pool.MAX:

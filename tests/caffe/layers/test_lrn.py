@@ -83,6 +83,19 @@ def test_in_place_backward_uses_the_input_not_the_output():
     np.testing.assert_allclose(blob.diff, expected, rtol=1e-6)
 
 
+def test_backward_without_saved_terms_recomputes_them():
+    x = np.random.default_rng(10).standard_normal((1, 5, 2, 3)).astype(np.float32)
+    layer, bottom, top = make_layer(lrn_text(3, 0.5), [x])
+    run_forward(layer, bottom, top)
+    top[0].diff[...] = 1
+    layer.run_backward(top, [True], bottom)
+    expected = bottom[0].diff.copy()
+    layer.need_backward = False  # a net that did not plan a backward pass keeps nothing
+    run_forward(layer, bottom, top)
+    layer.run_backward(top, [True], bottom)
+    np.testing.assert_allclose(bottom[0].diff, expected, rtol=1e-6)
+
+
 @pytest.mark.parametrize("size", [4, 0])
 def test_even_local_size_is_an_error_naming_the_layer(size):
     with pytest.raises(LayerError, match=r"under_test.*odd values for local_size"):
