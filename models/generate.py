@@ -56,7 +56,7 @@ ZOO = [
     ZooModel("vgg19_22k", (3, 224, 224), 1, "vgg",
              lambda: vgg.train_val(19, vgg.IMAGENET_22K_CLASSES),
              lambda: vgg.deploy(19, vgg.IMAGENET_22K_CLASSES)),
-    ZooModel("resnet50", (3, 224, 224), 2, "resnet", resnet.train_val, resnet.deploy),
+    ZooModel("resnet50", (3, 224, 224), 1, "resnet", resnet.train_val, resnet.deploy),
     ZooModel("inception_v3", (3, 299, 299), 1, "inception_v3",
              inception_v3.train_val, inception_v3.deploy),
 ]  # fmt: skip

@@ -33,11 +33,12 @@ WIDTHS_17 = [128, 160, 160, 192]
 
 
 def data_spec() -> DataSpec:
-    # Inputs scaled to [-1, 1] as the TensorFlow-trained weights expect. The LMDBs must
-    # hold images of at least 299x299 (convert_imageset --resize_height=320 --resize_width=320).
+    # Inputs scaled to [-1, 1] as the TensorFlow-trained weights expect. The 299x299 crops
+    # need larger images than Caffe's 256x256 ImageNet LMDBs: build these with
+    # convert_imageset --resize_height=320 --resize_width=320.
     return DataSpec(
-        train_source="examples/imagenet/ilsvrc12_train_lmdb",
-        test_source="examples/imagenet/ilsvrc12_val_lmdb",
+        train_source="examples/imagenet/ilsvrc12_320_train_lmdb",
+        test_source="examples/imagenet/ilsvrc12_320_val_lmdb",
         train_batch=32,
         test_batch=25,
         channels=3,
