@@ -32,8 +32,6 @@ TRAIN_OUTPUT = re.compile(r"Train net output #(\d+): (\S+) = ([\.\deE+-]+)")
 TEST_OUTPUT = re.compile(r"Test net output #(\d+): (\S+) = ([\.\deE+-]+)")
 LEARNING_RATE = re.compile(r"lr = ([-+]?[0-9]*\.?[0-9]+([eE]?[-+]?[0-9]+)?)")
 
-Row = "OrderedDict[str, float | int]"
-
 
 def log_created_year(path: str) -> int:
     return datetime.datetime.fromtimestamp(os.path.getctime(path)).year
@@ -137,7 +135,9 @@ def parse_log(path: str) -> tuple[list[OrderedDict], list[OrderedDict]]:
     return _finish(train_rows, train_row), _finish(test_rows, test_row)
 
 
-def write_csv(path: str, rows: list[OrderedDict], delimiter: str = ",", verbose: bool = False):
+def write_csv(
+    path: str, rows: list[OrderedDict], delimiter: str = ",", verbose: bool = False
+) -> None:
     if not rows:
         if verbose:
             print(f"Not writing {path}; no lines to write")
@@ -161,8 +161,8 @@ def _dialect(delimiter: str) -> type[csv.Dialect]:
 def save_csv_files(
     log_path: str,
     output_dir: str,
-    train_rows,
-    test_rows,
+    train_rows: list[OrderedDict],
+    test_rows: list[OrderedDict],
     delimiter: str = ",",
     verbose: bool = False,
 ) -> None:
