@@ -8,7 +8,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Keep the engine's INFO logs out of test output unless asked for.
 os.environ.setdefault("GLOG_minloglevel", "1")
 
-import torch  # noqa: E402
+import torch
 
 # Test tensors are tiny: one thread avoids oversubscribing the cores (several times
 # faster on 2 shared cores); subprocesses started by tests choose their own.
