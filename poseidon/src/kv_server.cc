@@ -264,18 +264,22 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
       job.payload = slot->sum.data();
       job.bytes = slot->floats * 4;
       const NodeId to = job.peer->remote();
-      job.done = [this, slot, to](const std::string& err) { reply_done(slot, err, to); };
+      job.done = [this, slot, to](const SendOutcome& out) { reply_done(slot, out, to); };
       replies.push_back(std::move(job));
     }
   }
   for (SendJob& job : replies) queue_->push(std::move(job));
 }
 
-void KVServer::reply_done(ChunkSlot* slot, const std::string& error, const NodeId& to) {
-  if (!error.empty()) {
-    abort_->trip(Failure{to.str(), self_.str() + " could not send the sum of " + slot->key() +
-                                       " iteration " + std::to_string(slot->round_iteration) +
-                                       " to " + to.str() + ": " + error});
+void KVServer::reply_done(ChunkSlot* slot, const SendOutcome& out, const NodeId& to) {
+  if (!out.ok()) {
+    // A lost connection is reported by its reader (see SendOutcome); the
+    // round stays in "sending" and the abort that follows ends it.
+    if (!out.connection_lost) {
+      abort_->trip(Failure{to.str(), self_.str() + " could not send the sum of " + slot->key() +
+                                         " iteration " + std::to_string(slot->round_iteration) +
+                                         " to " + to.str() + ": " + out.error});
+    }
     return;
   }
   bytes_out_ += slot->floats * 4;

@@ -81,10 +81,13 @@ Handle KVWorker::push_pull(uint32_t layer_id, int64_t iteration) {
     LayerCounters* counters = layer->counters;
     std::shared_ptr<AbortSignal> abort = plane_.abort;
     const std::string to = job.peer->remote().str();
-    job.done = [op, counters, abort, to, what, c, bytes = job.bytes](const std::string& err) {
-      if (!err.empty()) {
-        abort->trip(Failure{
-            to, what + ": sending chunk " + std::to_string(c) + " to " + to + " failed: " + err});
+    job.done = [op, counters, abort, to, what, c, bytes = job.bytes](const SendOutcome& out) {
+      if (!out.ok()) {
+        // A lost connection is reported by its reader (see SendOutcome).
+        if (!out.connection_lost) {
+          abort->trip(Failure{to, what + ": sending chunk " + std::to_string(c) + " to " + to +
+                                      " failed: " + out.error});
+        }
         return;
       }
       counters->bytes_sent += bytes;

@@ -20,7 +20,7 @@ void SendQueue::push(SendJob job) {
     }
     reason = cancel_reason_;
   }
-  if (job.done) job.done(reason);
+  if (job.done) job.done(SendOutcome{reason, false});
 }
 
 void SendQueue::cancel_all(const std::string& reason) {
@@ -35,7 +35,7 @@ void SendQueue::cancel_all(const std::string& reason) {
   }
   cv_.notify_all();
   for (auto& [key, job] : dropped) {
-    if (job.done) job.done(reason);
+    if (job.done) job.done(SendOutcome{reason, false});
   }
 }
 
@@ -76,13 +76,16 @@ void SendQueue::run() {
     const Peer* peer = job.peer.get();
     busy_.insert(peer);
     lock.unlock();
-    std::string error;
+    SendOutcome outcome;
     try {
       job.peer->send(job.header, job.payload, job.bytes, Deadline::after_ms(io_timeout_ms_));
+    } catch (const TransportError& e) {
+      outcome.error = e.what();
+      outcome.connection_lost = e.kind() != TransportError::Kind::kTimeout;
     } catch (const std::exception& e) {
-      error = e.what();
+      outcome.error = e.what();
     }
-    if (job.done) job.done(error);
+    if (job.done) job.done(outcome);
     job = SendJob{};  // drop the peer reference outside the lock
     lock.lock();
     busy_.erase(peer);

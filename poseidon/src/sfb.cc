@@ -145,9 +145,13 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
       LayerCounters* counters = layer->counters;
       std::shared_ptr<AbortSignal> abort = plane_.abort;
       const std::string to = job.peer->remote().str();
-      job.done = [op, counters, abort, to, what, bytes = job.bytes](const std::string& err) {
-        if (!err.empty()) {
-          abort->trip(Failure{to, what + ": sending the factor to " + to + " failed: " + err});
+      job.done = [op, counters, abort, to, what, bytes = job.bytes](const SendOutcome& out) {
+        if (!out.ok()) {
+          // A lost connection is reported by its reader (see SendOutcome).
+          if (!out.connection_lost) {
+            abort->trip(
+                Failure{to, what + ": sending the factor to " + to + " failed: " + out.error});
+          }
           return;
         }
         counters->bytes_sent += bytes;

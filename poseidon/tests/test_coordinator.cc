@@ -100,7 +100,7 @@ TEST(send_queue_orders_by_iteration_layer_chunk) {
   blocker.peer = peer;
   blocker.header.type = FrameType::kPush;
   blocker.header.layer = 100;
-  blocker.done = [&](const std::string&) {
+  blocker.done = [&](const SendOutcome&) {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return release; });
   };
@@ -138,7 +138,7 @@ TEST(send_queue_orders_by_iteration_layer_chunk) {
   std::string err;
   SendJob late;
   late.peer = peer;
-  late.done = [&](const std::string& e) { err = e; };
+  late.done = [&](const SendOutcome& e) { err = e.error; };
   queue.push(std::move(late));
   CHECK_CONTAINS(err, "stopped");
 }

@@ -1,5 +1,368 @@
+// poseidon._C: Python bindings of libposeidon. Glue only — no logic lives
+// here. The only file of the project that includes pybind11.
+//
+//  - Buffers come through the buffer protocol (numpy arrays; a CPU torch
+//    tensor as t.numpy()): C-contiguous float32, registered without a copy;
+//    the worker keeps a reference to each registered buffer while it lives.
+//  - Every call that can block releases the GIL.
+//  - C++ errors become Python exceptions carrying the C++ message:
+//    CommError(RuntimeError) > CommTimeout (also TimeoutError),
+//    ProtocolError, ConfigError (also ValueError), PeerFailure (with .peer,
+//    .layer, .iteration).
+
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "poseidon/coordinator.h"
+#include "poseidon/cost_model.h"
+#include "poseidon/errors.h"
+#include "poseidon/kv_server.h"
+#include "poseidon/plan.h"
 #include "poseidon/version.h"
+#include "poseidon/worker.h"
 
-PYBIND11_MODULE(_C, m) { m.def("version", &poseidon::version); }
+namespace py = pybind11;
+using namespace poseidon;
+
+namespace {
+
+using Release = py::call_guard<py::gil_scoped_release>;
+
+// Exception types, created once per interpreter.
+struct ExceptionTypes {
+  py::object comm, timeout, protocol, config, peer_failure;
+};
+
+ExceptionTypes& exception_types() {
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<ExceptionTypes> storage;
+  return storage.call_once_and_store_result([] { return ExceptionTypes{}; }).get_stored();
+}
+
+py::object new_exception(py::module_& m, const char* name, py::handle bases, const char* doc) {
+  const std::string full = std::string("poseidon._C.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases.ptr(), nullptr);
+  if (type == nullptr) throw py::error_already_set();
+  py::object obj = py::reinterpret_steal<py::object>(type);
+  m.attr(name) = obj;
+  return obj;
+}
+
+void set_error(const py::object& type, const char* message) {
+  PyErr_SetString(type.ptr(), message);
+}
+
+void translate(std::exception_ptr p) {
+  const ExceptionTypes& t = exception_types();
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const PeerFailure& e) {
+    py::object exc = t.peer_failure(e.what());
+    exc.attr("peer") = e.peer();
+    exc.attr("layer") = e.layer() < 0 ? py::none() : py::object(py::int_(e.layer()));
+    exc.attr("iteration") =
+        e.iteration() < 0 && e.layer() < 0 ? py::none() : py::object(py::int_(e.iteration()));
+    PyErr_SetObject(t.peer_failure.ptr(), exc.ptr());
+  } catch (const TimeoutError& e) {
+    set_error(t.timeout, e.what());
+  } catch (const ProtocolError& e) {
+    set_error(t.protocol, e.what());
+  } catch (const ConfigError& e) {
+    set_error(t.config, e.what());
+  } catch (const CommError& e) {
+    set_error(t.comm, e.what());
+  }
+}
+
+// A C-contiguous float32 buffer. Throws ConfigError naming `what`.
+float* float_buffer(const py::buffer& b, bool writable, size_t* count, const std::string& what) {
+  py::buffer_info info;
+  try {
+    info = b.request(writable);
+  } catch (const std::exception& e) {
+    throw ConfigError(what + ": " + (writable ? "need a writable buffer: " : "") + e.what());
+  }
+  const std::string& f = info.format;
+  if (info.itemsize != 4 || (f != "f" && f != "<f" && f != "=f")) {
+    throw ConfigError(what + ": need float32 data, got format '" + f + "' (itemsize " +
+                      std::to_string(info.itemsize) + ")");
+  }
+  py::ssize_t expect = info.itemsize;
+  for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+    const auto i = static_cast<size_t>(d);
+    if (info.shape[i] > 1 && info.strides[i] != expect) {
+      throw ConfigError(what + ": need a C-contiguous buffer (use numpy.ascontiguousarray)");
+    }
+    expect *= info.shape[i];
+  }
+  *count = static_cast<size_t>(info.size);
+  return static_cast<float*>(info.ptr);
+}
+
+// A handle plus the worker's default timeout, so wait() needs no argument.
+struct PyHandle {
+  Handle handle;
+  int default_timeout_ms;
+};
+
+// The worker and the Python buffers it writes into (kept alive here, and
+// released only after the worker is gone: members die in reverse order).
+struct PyWorker {
+  std::unordered_map<uint32_t, py::object> buffers;
+  std::unique_ptr<Worker> worker;
+};
+
+int timeout_or(const std::optional<int>& t, int fallback) { return t ? *t : fallback; }
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "Poseidon communication core (libposeidon) bindings";
+  m.def("version", &version);
+
+  ExceptionTypes& t = exception_types();
+  t.comm = new_exception(m, "CommError", PyExc_RuntimeError, "Base of every Poseidon error.");
+  t.timeout =
+      new_exception(m, "CommTimeout", py::make_tuple(t.comm, py::handle(PyExc_TimeoutError)),
+                    "A wait ran past its deadline.");
+  t.protocol = new_exception(m, "ProtocolError", t.comm,
+                             "Bad frame, wrong token/version, wrong key, iteration or size.");
+  t.config = new_exception(m, "ConfigError", py::make_tuple(t.comm, py::handle(PyExc_ValueError)),
+                           "Invalid setting or API misuse.");
+  t.peer_failure = new_exception(m, "PeerFailure", t.comm,
+                                 "The job aborted: a peer died or failed. Attributes: peer, "
+                                 "layer, iteration.");
+  py::register_exception_translator(&translate);
+
+  py::enum_<Role>(m, "Role")
+      .value("COORDINATOR", Role::kCoordinator)
+      .value("SERVER", Role::kServer)
+      .value("WORKER", Role::kWorker);
+  py::enum_<Scheme>(m, "Scheme").value("PS", Scheme::kPS).value("SFB", Scheme::kSFB);
+  py::enum_<SchemeChoice>(m, "SchemeChoice")
+      .value("AUTO", SchemeChoice::kAuto)
+      .value("PS", SchemeChoice::kPS)
+      .value("SFB", SchemeChoice::kSFB);
+  py::enum_<LayerKind>(m, "LayerKind")
+      .value("FC", LayerKind::kFullyConnected)
+      .value("CONV", LayerKind::kConvolution)
+      .value("OTHER", LayerKind::kOther);
+
+  m.attr("DEFAULT_CHUNK_BYTES") = kDefaultChunkBytes;
+  m.attr("DEFAULT_MAX_FRAME_BYTES") = kDefaultMaxFrameBytes;
+  m.attr("DEFAULT_TIMEOUT_MS") = kDefaultTimeoutMs;
+  m.attr("DEFAULT_HEARTBEAT_INTERVAL_MS") = kDefaultHeartbeatIntervalMs;
+  m.attr("DEFAULT_HEARTBEAT_TIMEOUT_MS") = kDefaultHeartbeatTimeoutMs;
+  m.attr("DEFAULT_HANDSHAKE_TIMEOUT_MS") = kDefaultHandshakeTimeoutMs;
+  m.attr("DEFAULT_COMM_THREADS") = kDefaultCommThreads;
+
+  py::class_<Config>(m, "Config", "Settings of one node (filled by poseidon.config).")
+      .def(py::init<>())
+      .def_readwrite("role", &Config::role)
+      .def_readwrite("rank", &Config::rank)
+      .def_readwrite("num_workers", &Config::num_workers)
+      .def_readwrite("num_servers", &Config::num_servers)
+      .def_readwrite("coordinator", &Config::coordinator)
+      .def_readwrite("token", &Config::token)
+      .def_readwrite("listen", &Config::listen)
+      .def_readwrite("transport", &Config::transport)
+      .def_readwrite("chunk_bytes", &Config::chunk_bytes)
+      .def_readwrite("max_frame_bytes", &Config::max_frame_bytes)
+      .def_readwrite("timeout_ms", &Config::timeout_ms)
+      .def_readwrite("heartbeat_interval_ms", &Config::heartbeat_interval_ms)
+      .def_readwrite("heartbeat_timeout_ms", &Config::heartbeat_timeout_ms)
+      .def_readwrite("handshake_timeout_ms", &Config::handshake_timeout_ms)
+      .def_readwrite("comm_threads", &Config::comm_threads)
+      .def_readwrite("socket_buffer_bytes", &Config::socket_buffer_bytes)
+      .def_readwrite("scheme", &Config::scheme)
+      .def_readwrite("verbose", &Config::verbose)
+      .def("validate", &Config::validate);
+
+  py::class_<CommCost>(m, "CommCost", "Floats sent + received per iteration (reference §4).")
+      .def_readonly("ps_worker_floats", &CommCost::ps_worker_floats)
+      .def_readonly("ps_server_floats", &CommCost::ps_server_floats)
+      .def_readonly("ps_colocated_floats", &CommCost::ps_colocated_floats)
+      .def_readonly("sfb_floats", &CommCost::sfb_floats)
+      .def_property_readonly("ps_bytes", &CommCost::ps_bytes)
+      .def_property_readonly("sfb_bytes", &CommCost::sfb_bytes);
+  m.def("comm_cost", &comm_cost, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("p1"),
+        py::arg("p2"));
+  m.def("best_scheme", &best_scheme, py::arg("kind"), py::arg("m"), py::arg("n"), py::arg("k"),
+        py::arg("p1"), py::arg("p2"));
+  m.def("sfb_crossover_workers", &sfb_crossover_workers, py::arg("m"), py::arg("n"), py::arg("k"),
+        py::arg("max_p") = int64_t{1} << 20);
+
+  py::class_<LayerSpec>(m, "LayerSpec")
+      .def(py::init([](uint32_t layer_id, std::string name, LayerKind kind, uint64_t mm, uint64_t n,
+                       uint64_t k, uint64_t num_floats, SchemeChoice force) {
+             return LayerSpec{layer_id, std::move(name), kind, mm, n, k, num_floats, force};
+           }),
+           py::arg("layer_id"), py::arg("name") = "", py::arg("kind") = LayerKind::kOther,
+           py::arg("m") = 0, py::arg("n") = 0, py::arg("k") = 0, py::arg("num_floats") = 0,
+           py::arg("force") = SchemeChoice::kAuto)
+      .def_readwrite("layer_id", &LayerSpec::layer_id)
+      .def_readwrite("name", &LayerSpec::name)
+      .def_readwrite("kind", &LayerSpec::kind)
+      .def_readwrite("m", &LayerSpec::m)
+      .def_readwrite("n", &LayerSpec::n)
+      .def_readwrite("k", &LayerSpec::k)
+      .def_readwrite("num_floats", &LayerSpec::num_floats)
+      .def_readwrite("force", &LayerSpec::force)
+      .def("__repr__", [](const LayerSpec& s) { return "LayerSpec(" + s.debug_string() + ")"; });
+
+  py::class_<LayerPlan>(m, "LayerPlan")
+      .def_readonly("spec", &LayerPlan::spec)
+      .def_property_readonly("layer_id", [](const LayerPlan& l) { return l.spec.layer_id; })
+      .def_property_readonly("name", [](const LayerPlan& l) { return l.spec.name; })
+      .def_readonly("scheme", &LayerPlan::scheme)
+      .def_readonly("cost", &LayerPlan::cost)
+      .def_readonly("first_chunk", &LayerPlan::first_chunk)
+      .def_readonly("num_chunks", &LayerPlan::num_chunks);
+
+  py::class_<Plan>(m, "Plan")
+      .def_readonly("num_workers", &Plan::num_workers)
+      .def_readonly("num_servers", &Plan::num_servers)
+      .def_readonly("chunk_bytes", &Plan::chunk_bytes)
+      .def_readonly("layers", &Plan::layers)
+      .def(
+          "find",
+          [](const Plan& p, uint32_t id) -> std::optional<LayerPlan> {
+            const LayerPlan* l = p.find(id);
+            return l ? std::optional<LayerPlan>(*l) : std::nullopt;
+          },
+          py::arg("layer_id"));
+  m.def("make_plan", &make_plan, py::arg("specs"), py::arg("num_workers"), py::arg("num_servers"),
+        py::arg("chunk_bytes") = kDefaultChunkBytes, py::arg("force") = SchemeChoice::kAuto);
+
+  py::class_<PyHandle>(m, "Handle", "An asynchronous push_pull or allgather.")
+      .def(
+          "wait",
+          [](const PyHandle& h, std::optional<int> timeout_ms) {
+            h.handle.wait(timeout_or(timeout_ms, h.default_timeout_ms));
+          },
+          py::arg("timeout_ms") = py::none(), Release())
+      .def("test", [](const PyHandle& h) { return h.handle.test(); })
+      .def_property_readonly("layer", [](const PyHandle& h) { return h.handle.layer(); })
+      .def_property_readonly("iteration", [](const PyHandle& h) { return h.handle.iteration(); });
+
+  py::class_<ServerStats>(m, "ServerStats")
+      .def_readonly("rounds_completed", &ServerStats::rounds_completed)
+      .def_readonly("bytes_received", &ServerStats::bytes_received)
+      .def_readonly("bytes_sent", &ServerStats::bytes_sent)
+      .def_readonly("frames_rejected", &ServerStats::frames_rejected);
+
+  py::class_<Coordinator>(m, "Coordinator")
+      .def(py::init<const Config&>(), py::arg("config"), Release())
+      .def_property_readonly("address", &Coordinator::address)
+      .def("run", &Coordinator::run, Release())
+      .def("abort", &Coordinator::abort, py::arg("reason"), Release())
+      .def("plan", &Coordinator::plan);
+
+  py::class_<KVServer>(m, "KVServer")
+      .def(py::init<const Config&>(), py::arg("config"), Release())
+      .def_property_readonly("address", &KVServer::address)
+      .def("run", &KVServer::run, Release())
+      .def("abort", &KVServer::abort, py::arg("reason"), Release())
+      .def("stats", &KVServer::stats);
+
+  py::class_<PyWorker>(m, "Worker")
+      .def(py::init([](const Config& c) {
+             auto w = std::make_unique<PyWorker>();
+             py::gil_scoped_release release;
+             w->worker = std::make_unique<Worker>(c);
+             return w;
+           }),
+           py::arg("config"))
+      .def(
+          "connect", [](PyWorker& w) { w.worker->connect(); }, Release())
+      .def(
+          "plan",
+          [](PyWorker& w, const std::vector<LayerSpec>& specs) { return w.worker->plan(specs); },
+          py::arg("layers"), Release())
+      .def(
+          "register_layer",
+          [](PyWorker& w, uint32_t layer_id, const py::buffer& buf) {
+            size_t n = 0;
+            float* p =
+                float_buffer(buf, true, &n, "register_layer(" + std::to_string(layer_id) + ")");
+            {
+              py::gil_scoped_release release;
+              w.worker->register_layer(layer_id, p, n);
+            }
+            w.buffers[layer_id] = buf;
+          },
+          py::arg("layer_id"), py::arg("grad"))
+      .def(
+          "register_sfb_layer",
+          [](PyWorker& w, uint32_t layer_id, size_t max_floats) {
+            w.worker->register_sfb_layer(layer_id, max_floats);
+          },
+          py::arg("layer_id"), py::arg("max_floats_per_worker"), Release())
+      .def(
+          "push_pull",
+          [](PyWorker& w, uint32_t layer_id, int64_t iteration) {
+            return PyHandle{w.worker->push_pull(layer_id, iteration), w.worker->timeout_ms()};
+          },
+          py::arg("layer_id"), py::arg("iteration"), Release())
+      .def(
+          "allgather",
+          [](PyWorker& w, uint32_t layer_id, int64_t iteration, const py::buffer& buf) {
+            size_t n = 0;
+            const float* p =
+                float_buffer(buf, false, &n, "allgather(" + std::to_string(layer_id) + ")");
+            py::gil_scoped_release release;  // the buffer is copied before return
+            return PyHandle{w.worker->allgather(layer_id, iteration, p, n), w.worker->timeout_ms()};
+          },
+          py::arg("layer_id"), py::arg("iteration"), py::arg("factor"))
+      .def(
+          "factor",
+          [](py::object self, uint32_t layer_id, int64_t iteration, int rank) {
+            PyWorker& w = self.cast<PyWorker&>();
+            const FactorView v = w.worker->factor(layer_id, iteration, rank);
+            py::array_t<float> a({static_cast<py::ssize_t>(v.num_floats)},
+                                 {static_cast<py::ssize_t>(sizeof(float))}, v.data, self);
+            a.attr("setflags")(py::arg("write") = false);
+            return a;
+          },
+          py::arg("layer_id"), py::arg("iteration"), py::arg("rank"),
+          "Read-only view of a worker's factor (valid until the next allgather of the layer).")
+      .def(
+          "barrier",
+          [](PyWorker& w, const std::string& name, std::optional<int> timeout_ms) {
+            w.worker->barrier(name, timeout_or(timeout_ms, w.worker->timeout_ms()));
+          },
+          py::arg("name"), py::arg("timeout_ms") = py::none(), Release())
+      .def(
+          "abort", [](PyWorker& w, const std::string& reason) { w.worker->abort(reason); },
+          py::arg("reason"), Release())
+      .def(
+          "shutdown",
+          [](PyWorker& w, std::optional<int> timeout_ms) {
+            w.worker->shutdown(timeout_or(timeout_ms, w.worker->timeout_ms()));
+          },
+          py::arg("timeout_ms") = py::none(), Release())
+      .def("traffic",
+           [](const PyWorker& w) {
+             py::dict out;
+             for (const auto& [id, tr] : w.worker->traffic()) {
+               out[py::int_(id)] = py::make_tuple(tr.bytes_sent, tr.bytes_received);
+             }
+             return out;
+           })
+      .def_property_readonly("rank", [](const PyWorker& w) { return w.worker->rank(); })
+      .def_property_readonly("num_workers",
+                             [](const PyWorker& w) { return w.worker->num_workers(); })
+      .def_property_readonly("num_servers",
+                             [](const PyWorker& w) { return w.worker->num_servers(); })
+      .def_property_readonly("address", [](const PyWorker& w) { return w.worker->address(); })
+      .def_property_readonly("address_book", [](const PyWorker& w) {
+        const AddressBook& b = w.worker->address_book();
+        return py::make_tuple(b.workers, b.servers);
+      });
+}

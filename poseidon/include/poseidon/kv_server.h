@@ -77,7 +77,7 @@ class KVServer {
   void reject(const std::string& why);
   void build_slots(const Plan& plan);
   bool wait_ready();
-  void reply_done(ChunkSlot* slot, const std::string& error, const NodeId& to);
+  void reply_done(ChunkSlot* slot, const SendOutcome& outcome, const NodeId& to);
   std::string pending_summary() const;
   void on_abort(const Failure& f);
   void teardown(bool aborted);

@@ -26,15 +26,26 @@
 
 namespace poseidon {
 
+// How a send ended. `error` is "" on success. `connection_lost` is true when
+// the connection itself broke (EOF, reset, closed locally): then the peer's
+// reader thread reports the loss — and reads any ABORT the peer sent just
+// before closing, so the job fails with the first-hand reason — and the
+// sender should not raise its own, less informative, alarm.
+struct SendOutcome {
+  std::string error;
+  bool connection_lost = false;
+  bool ok() const { return error.empty(); }
+};
+
 struct SendJob {
   std::shared_ptr<Peer> peer;
   FrameHeader header;             // type and key; sender fields filled by Peer
   const void* payload = nullptr;  // borrowed: must stay valid until `done` runs
   size_t bytes = 0;
-  // Runs once on a comm thread after the frame is written ("" ) or failed
-  // (the error, naming the peer), or on cancel_all (the reason). Must not
-  // throw and must not push to this queue.
-  std::function<void(const std::string& error)> done;
+  // Runs once on a comm thread after the frame is written or failed, or on
+  // cancel_all (error = the cancel reason). Must not throw and must not push
+  // to this queue.
+  std::function<void(const SendOutcome& outcome)> done;
 };
 
 class SendQueue {

@@ -1,0 +1,1 @@
+"""Subcommands of the `poseidon` command (see poseidon.cli.COMMANDS)."""

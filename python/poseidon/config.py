@@ -1,0 +1,352 @@
+"""Cluster settings: the one place that parses them.
+
+Every process learns its role, rank and peers from environment variables
+(``POSEIDON_*``), from the standard launcher variables (torchrun, mpirun,
+SLURM) for a worker's rank and count, and from command-line flags, which the
+``poseidon`` subcommands pass as overrides. ``SETTINGS`` lists every setting
+once, with its variable, unit and default; docs/communication.md shows the
+same table (a test keeps the two in sync).
+
+    cfg = Config.from_env()                       # the environment
+    cfg = Config.from_env(role="server", rank=1)  # plus overrides
+    native = cfg.to_native()                      # poseidon._C.Config
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ROLES = ("worker", "server", "coordinator")
+SCHEMES = ("auto", "ps", "sfb")
+TRANSPORTS = ("tcp", "inproc")
+DEFAULT_COORDINATOR_PORT = 29600
+
+# Rank and world size from launchers, in the order they are tried.
+LAUNCHER_RANK = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+LAUNCHER_SIZE = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+
+
+class SettingError(ValueError):
+    """A setting has a value that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    field: str
+    env: str
+    unit: str
+    default: str
+    doc: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("role", "POSEIDON_ROLE", "", "worker", "worker, server or coordinator"),
+    Setting(
+        "rank",
+        "POSEIDON_RANK",
+        "",
+        "0",
+        "this node's rank within its role; workers fall back to RANK, "
+        "OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID",
+    ),
+    Setting(
+        "num_workers",
+        "POSEIDON_NUM_WORKERS",
+        "",
+        "1",
+        "P1; falls back to WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS",
+    ),
+    Setting("num_servers", "POSEIDON_NUM_SERVERS", "", "1", "P2, the number of KV-store shards"),
+    Setting(
+        "coordinator",
+        "POSEIDON_COORDINATOR",
+        "host:port",
+        f"127.0.0.1:{DEFAULT_COORDINATOR_PORT}",
+        "where the coordinator listens; falls back to MASTER_ADDR:(MASTER_PORT+1)",
+    ),
+    Setting(
+        "token",
+        "POSEIDON_TOKEN",
+        "",
+        "(none: required)",
+        "shared secret every connection presents first; or POSEIDON_TOKEN_FILE, a file holding it",
+    ),
+    Setting(
+        "listen",
+        "POSEIDON_LISTEN",
+        "host:port",
+        "<host>:0",
+        "where this worker or server accepts data connections (port 0: any free port)",
+    ),
+    Setting(
+        "host",
+        "POSEIDON_HOST",
+        "",
+        "the address that reaches the coordinator",
+        "host part of the default listen address",
+    ),
+    Setting("transport", "POSEIDON_TRANSPORT", "", "tcp", "tcp, or inproc (tests in one process)"),
+    Setting(
+        "chunk_bytes",
+        "POSEIDON_CHUNK_BYTES",
+        "bytes",
+        "4MiB",
+        "PS tensors are cut into chunks of this size (the coordinator's value wins)",
+    ),
+    Setting(
+        "max_frame_bytes",
+        "POSEIDON_MAX_FRAME_BYTES",
+        "bytes",
+        "64MiB",
+        "larger frames are rejected and their connection dropped",
+    ),
+    Setting("timeout_ms", "POSEIDON_TIMEOUT_MS", "ms", "120000", "limit of every wait"),
+    Setting(
+        "heartbeat_interval_ms",
+        "POSEIDON_HEARTBEAT_INTERVAL_MS",
+        "ms",
+        "500",
+        "how often nodes and the coordinator exchange heartbeats",
+    ),
+    Setting(
+        "heartbeat_timeout_ms",
+        "POSEIDON_HEARTBEAT_TIMEOUT_MS",
+        "ms",
+        "5000",
+        "a node silent this long is declared dead and the job aborted",
+    ),
+    Setting(
+        "handshake_timeout_ms",
+        "POSEIDON_HANDSHAKE_TIMEOUT_MS",
+        "ms",
+        "5000",
+        "an incoming connection must present the token within this time",
+    ),
+    Setting("comm_threads", "POSEIDON_COMM_THREADS", "threads", "2", "sender threads per node"),
+    Setting(
+        "socket_buffer_bytes",
+        "POSEIDON_SOCKET_BUFFER_BYTES",
+        "bytes",
+        "0",
+        "TCP SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning",
+    ),
+    Setting(
+        "scheme",
+        "POSEIDON_SCHEME",
+        "",
+        "auto",
+        "coordinator: auto (BestScheme per layer), ps or sfb for every layer",
+    ),
+    Setting("verbose", "POSEIDON_VERBOSE", "", "0", "1: log connections and the plan on stderr"),
+)
+
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_bytes(text: str, name: str = "value") -> int:
+    """'4194304', '4M', '4MiB', '4MB', '64k' -> bytes (units are binary)."""
+    s = text.strip().lower().removesuffix("ib").removesuffix("b")
+    scale = _UNITS.get(s[-1:], 1)
+    number = s[:-1] if s[-1:] in _UNITS else s
+    try:
+        value = int(number) * scale
+    except ValueError:
+        raise SettingError(
+            f"{name}={text!r} is not a byte count (e.g. 4194304, 4M, 4MiB)"
+        ) from None
+    if value < 0:
+        raise SettingError(f"{name}={text!r} is negative")
+    return value
+
+
+def parse_int(text: str, name: str = "value") -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise SettingError(f"{name}={text!r} is not an integer") from None
+
+
+def parse_bool(text: str, name: str = "value") -> bool:
+    s = text.strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off", ""):
+        return False
+    raise SettingError(f"{name}={text!r} is not a boolean (1/0, true/false)")
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(text: str, name: str) -> str:
+        value = text.strip().lower()
+        if value not in options:
+            raise SettingError(f"{name}={text!r}: want one of {', '.join(options)}")
+        return value
+
+    return parse
+
+
+_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "role": _choice(ROLES),
+    "rank": parse_int,
+    "num_workers": parse_int,
+    "num_servers": parse_int,
+    "coordinator": lambda text, name: text.strip(),
+    "token": lambda text, name: text,
+    "listen": lambda text, name: text.strip(),
+    "host": lambda text, name: text.strip(),
+    "transport": _choice(TRANSPORTS),
+    "chunk_bytes": parse_bytes,
+    "max_frame_bytes": parse_bytes,
+    "timeout_ms": parse_int,
+    "heartbeat_interval_ms": parse_int,
+    "heartbeat_timeout_ms": parse_int,
+    "handshake_timeout_ms": parse_int,
+    "comm_threads": parse_int,
+    "socket_buffer_bytes": parse_bytes,
+    "scheme": _choice(SCHEMES),
+    "verbose": parse_bool,
+}
+
+
+def local_address_towards(host: str) -> str:
+    """The local IP the kernel would use to reach `host` (no packet is sent)."""
+    if host in ("", "localhost") or host.startswith("127."):
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 9))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+@dataclass
+class Config:
+    """Every setting of one node; see SETTINGS for meanings and units."""
+
+    role: str = "worker"
+    rank: int = 0
+    num_workers: int = 1
+    num_servers: int = 1
+    coordinator: str = f"127.0.0.1:{DEFAULT_COORDINATOR_PORT}"
+    token: str = ""
+    listen: str = ""  # "" -> "<host>:0"
+    host: str = ""  # "" -> the address that reaches the coordinator
+    transport: str = "tcp"
+    chunk_bytes: int = 4 << 20
+    max_frame_bytes: int = 64 << 20
+    timeout_ms: int = 120000
+    heartbeat_interval_ms: int = 500
+    heartbeat_timeout_ms: int = 5000
+    handshake_timeout_ms: int = 5000
+    comm_threads: int = 2
+    socket_buffer_bytes: int = 0
+    scheme: str = "auto"
+    verbose: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+        """Settings from `env` (default os.environ), then `overrides` (None = not given).
+
+        Raises SettingError naming the variable whose value cannot be parsed.
+        """
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for s in SETTINGS:
+            if s.env in env:
+                values[s.field] = _PARSERS[s.field](env[s.env], s.env)
+        if "token" not in values and env.get("POSEIDON_TOKEN_FILE"):
+            path = env["POSEIDON_TOKEN_FILE"]
+            try:
+                with open(path, encoding="utf-8") as f:
+                    values["token"] = f.read().strip()
+            except OSError as e:
+                raise SettingError(f"POSEIDON_TOKEN_FILE={path!r}: {e.strerror}") from None
+        if "coordinator" not in values and env.get("MASTER_ADDR"):
+            port = parse_int(
+                env.get("MASTER_PORT", str(DEFAULT_COORDINATOR_PORT - 1)), "MASTER_PORT"
+            )
+            values["coordinator"] = f"{env['MASTER_ADDR']}:{port + 1}"
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            if key not in _PARSERS:
+                raise SettingError(f"unknown setting {key!r}")
+            values[key] = _PARSERS[key](value, key) if isinstance(value, str) else value
+        role = values.get("role", cls.role)
+        if role == "worker":
+            # Launchers name workers; servers and the coordinator come from POSEIDON_*.
+            for field, names, own in (
+                ("rank", LAUNCHER_RANK, "POSEIDON_RANK"),
+                ("num_workers", LAUNCHER_SIZE, "POSEIDON_NUM_WORKERS"),
+            ):
+                if field in values or own in env:
+                    continue
+                for name in names:
+                    if name in env:
+                        values[field] = parse_int(env[name], name)
+                        break
+        cfg = cls(**values)
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        """Python-side checks (the C++ side validates again in to_native)."""
+        if self.role not in ROLES:
+            raise SettingError(f"role={self.role!r}: want one of {', '.join(ROLES)}")
+        for name in ("num_workers", "num_servers"):
+            if getattr(self, name) < 1:
+                raise SettingError(f"{name}={getattr(self, name)} (want >= 1)")
+        limit = self.num_workers if self.role == "worker" else self.num_servers
+        if self.role != "coordinator" and not 0 <= self.rank < limit:
+            raise SettingError(
+                f"rank={self.rank} for a {self.role} (want 0..{limit - 1}; "
+                f"num_{self.role}s={limit})"
+            )
+
+    @property
+    def listen_address(self) -> str:
+        if self.listen:
+            return self.listen
+        if self.transport == "inproc":
+            return "inproc://"
+        host = self.host or local_address_towards(self.coordinator.rpartition(":")[0])
+        return f"{host}:0"
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+    def to_native(self) -> Any:
+        """A validated poseidon._C.Config (raises poseidon._C.ConfigError)."""
+        from poseidon import _C
+
+        c = _C.Config()
+        c.role = {"worker": _C.Role.WORKER, "server": _C.Role.SERVER}.get(
+            self.role, _C.Role.COORDINATOR
+        )
+        c.rank = self.rank
+        c.num_workers = self.num_workers
+        c.num_servers = self.num_servers
+        c.coordinator = self.coordinator
+        c.token = self.token
+        c.listen = self.listen_address
+        c.transport = self.transport
+        c.chunk_bytes = self.chunk_bytes
+        c.max_frame_bytes = self.max_frame_bytes
+        c.timeout_ms = self.timeout_ms
+        c.heartbeat_interval_ms = self.heartbeat_interval_ms
+        c.heartbeat_timeout_ms = self.heartbeat_timeout_ms
+        c.handshake_timeout_ms = self.handshake_timeout_ms
+        c.comm_threads = self.comm_threads
+        c.socket_buffer_bytes = self.socket_buffer_bytes
+        c.scheme = {"ps": _C.SchemeChoice.PS, "sfb": _C.SchemeChoice.SFB}.get(
+            self.scheme, _C.SchemeChoice.AUTO
+        )
+        c.verbose = self.verbose
+        c.validate()
+        return c
