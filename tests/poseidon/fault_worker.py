@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-
-from poseidon import CommError, _C
 from poseidon.config import Config
+
+from poseidon import _C, CommError
 
 
 def main() -> int:

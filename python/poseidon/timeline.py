@@ -1,0 +1,72 @@
+"""Chrome-trace timeline of one worker (open in chrome://tracing or Perfetto).
+
+Spans are complete events ("ph": "X") in microseconds since the recorder started; each
+category gets its own row (tid) so forward/backward, per-layer sync phases and the
+communication threads read as separate lanes. Recording is a list append under a lock:
+cheap enough to leave on for a whole run. Written once, at close().
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+# One row per kind of activity, in the order they are listed in the viewer.
+LANES = {"compute": 1, "sync": 2, "wait": 3, "apply": 4}
+
+
+class Timeline:
+    """Collects spans for process `rank`; `path` may contain `{rank}`."""
+
+    def __init__(self, path: str, rank: int) -> None:
+        self.path = path.format(rank=rank)
+        self.rank = rank
+        self._origin_ns = time.perf_counter_ns()
+        self._events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def now_us(self) -> float:
+        return (time.perf_counter_ns() - self._origin_ns) / 1000.0
+
+    def span(self, name: str, lane: str, start_us: float, end_us: float, **args: Any) -> None:
+        """Record `name` from start_us to end_us (both from now_us()) on a lane of LANES."""
+        event = {
+            "name": name,
+            "cat": lane,
+            "ph": "X",
+            "ts": start_us,
+            "dur": max(0.0, end_us - start_us),
+            "pid": self.rank,
+            "tid": LANES[lane],
+        }
+        if args:
+            event["args"] = args
+        with self._lock:
+            self._events.append(event)
+
+    def events(self, lane: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(e) for e in self._events if lane is None or e["cat"] == lane]
+
+    def close(self) -> None:
+        """Write the trace (atomically) with lane names as metadata."""
+        meta = [
+            {
+                "name": "process_name",
+                "ph": "M",
+                "pid": self.rank,
+                "args": {"name": f"worker {self.rank}"},
+            }
+        ] + [
+            {"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid, "args": {"name": lane}}
+            for lane, tid in LANES.items()
+        ]
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"traceEvents": meta + self.events(), "displayTimeUnit": "ms"}, f)
+        os.replace(tmp, self.path)
