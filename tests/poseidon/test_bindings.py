@@ -1,0 +1,189 @@
+"""poseidon._C from Python: buffers registered without copying (numpy and
+CPU torch tensors), the GIL released while C++ blocks, and C++ errors
+arriving as Python exceptions with the C++ message."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from poseidon import _C
+from tests.poseidon.cluster_util import run_workers, thread_cluster
+
+
+def spec(layer_id: int, n: int, force=_C.SchemeChoice.PS) -> _C.LayerSpec:
+    return _C.LayerSpec(layer_id, f"l{layer_id}", _C.LayerKind.OTHER, n, 1, 1, n, force)
+
+
+def test_registered_array_holds_the_sum_without_a_copy() -> None:
+    torch = pytest.importorskip("torch")
+    with thread_cluster(2, 2) as cluster:
+        seen: dict[int, tuple[np.ndarray, object]] = {}
+
+        def body(w: _C.Worker, rank: int) -> None:
+            w.plan([spec(0, 100_003), spec(1, 17)])
+            a = np.full(100_003, rank + 1, dtype=np.float32)
+            t = torch.full((17,), 10.0 * (rank + 1))
+            address = a.__array_interface__["data"][0]
+            w.register_layer(0, a)
+            w.register_layer(1, t.numpy())  # a CPU tensor, through its numpy view
+            for it in range(3):
+                handles = [w.push_pull(0, it), w.push_pull(1, it)]
+                for h in handles:
+                    h.wait()
+                assert a.__array_interface__["data"][0] == address
+                seen[rank] = (a.copy(), t.clone())
+                a.fill(rank + 1)
+                t.fill_(10.0 * (rank + 1))
+            sent, received = w.traffic()[0]
+            assert sent == received == 3 * 100_003 * 4
+            w.shutdown()
+
+        errors = run_workers(cluster, body, 2)
+        assert not errors, errors
+        assert not cluster.errors, cluster.errors
+        for rank in range(2):
+            a, t = seen[rank]
+            assert np.all(a == 3.0)  # 1 + 2
+            assert torch.all(t == 30.0)
+
+
+def test_gil_is_released_while_cpp_blocks() -> None:
+    with thread_cluster(2, 1) as cluster:
+        ticks: list[int] = []
+        stop = threading.Event()
+
+        def counter() -> None:
+            while not stop.is_set():
+                ticks.append(1)
+                time.sleep(0.001)
+
+        waits: dict[int, tuple[int, int]] = {}
+
+        def body(w: _C.Worker, rank: int) -> None:
+            w.plan([spec(0, 10)])
+            g = np.ones(10, dtype=np.float32)
+            w.register_layer(0, g)
+            if rank == 1:
+                # Worker 1 pushes late: worker 0's wait blocks in C++ meanwhile.
+                time.sleep(0.5)
+            before = len(ticks)
+            w.push_pull(0, 0).wait()
+            waits[rank] = (before, len(ticks))
+            w.barrier("done")
+            w.shutdown()
+
+        t = threading.Thread(target=counter)
+        t.start()
+        try:
+            errors = run_workers(cluster, body, 2)
+        finally:
+            stop.set()
+            t.join()
+        assert not errors, errors
+        before, after = waits[0]
+        # ~0.5 s of blocking in C++: the counter thread kept running.
+        assert after - before > 50
+
+
+def test_cpp_errors_become_python_exceptions() -> None:
+    assert issubclass(_C.CommTimeout, _C.CommError)
+    assert issubclass(_C.CommTimeout, TimeoutError)
+    assert issubclass(_C.ConfigError, ValueError)
+    assert issubclass(_C.PeerFailure, _C.CommError)
+    assert issubclass(_C.CommError, RuntimeError)
+    with pytest.raises(_C.ConfigError, match="token is empty"):
+        _C.Config().validate()
+    with pytest.raises(_C.ConfigError, match="P1=0"):
+        _C.comm_cost(1, 1, 1, 0, 1)
+
+    with thread_cluster(2, 1) as cluster:
+        failures: dict[int, BaseException] = {}
+
+        def body(w: _C.Worker, rank: int) -> None:
+            w.plan([spec(3, 8)])
+            with pytest.raises(_C.ConfigError, match="need float32 data, got format 'd'"):
+                w.register_layer(3, np.zeros(8, dtype=np.float64))
+            with pytest.raises(_C.ConfigError, match="C-contiguous"):
+                w.register_layer(3, np.zeros(16, dtype=np.float32)[::2])
+            readonly = np.zeros(8, dtype=np.float32)
+            readonly.setflags(write=False)
+            with pytest.raises(_C.ConfigError, match="writable"):
+                w.register_layer(3, readonly)
+            with pytest.raises(_C.ConfigError, match="declared with 8"):
+                w.register_layer(3, np.zeros(9, dtype=np.float32))
+            g = np.zeros(8, dtype=np.float32)
+            w.register_layer(3, g)
+            w.push_pull(3, 0).wait()
+            if rank == 1:
+                w.abort("out of memory in fc7")
+                return
+            with pytest.raises(_C.PeerFailure) as info:
+                w.push_pull(3, 1).wait()
+            failures[rank] = info.value
+
+        errors = run_workers(cluster, body, 2)
+        assert not errors, errors
+        e = failures[0]
+        assert "out of memory in fc7" in str(e)
+        assert e.peer.startswith("worker 1 (127.0.0.1:")
+        assert (e.layer, e.iteration) == (3, 1)
+    # The shard and the coordinator ended with the same reason (threads joined now).
+    assert "out of memory in fc7" in str(cluster.errors["coordinator"])
+    assert isinstance(cluster.errors["server 0"], _C.PeerFailure)
+
+
+def test_wait_timeout_is_comm_timeout() -> None:
+    with thread_cluster(2, 1) as cluster:
+
+        def body(w: _C.Worker, rank: int) -> None:
+            w.plan([spec(0, 4)])
+            w.register_layer(0, np.zeros(4, dtype=np.float32))
+            if rank == 0:
+                with pytest.raises(TimeoutError, match="missing: chunks 0 from server 0"):
+                    w.push_pull(0, 0).wait(200)
+            else:
+                time.sleep(1.0)
+                with pytest.raises(_C.PeerFailure, match="timed out after 200 ms"):
+                    w.push_pull(0, 0)
+
+        errors = run_workers(cluster, body, 2)
+        assert not errors, errors
+
+
+def test_sfb_factor_views() -> None:
+    with thread_cluster(3, 1) as cluster:
+        got: dict[int, list[np.ndarray]] = {}
+
+        def body(w: _C.Worker, rank: int) -> None:
+            w.plan([spec(5, 64, _C.SchemeChoice.SFB)])
+            w.register_sfb_layer(5, 1000)
+            mine = np.arange(10 * (rank + 1), dtype=np.float32) + 100 * rank
+            h = w.allgather(5, 0, mine)
+            mine[:] = -1  # copied before allgather returned
+            h.wait()
+            views = [w.factor(5, 0, r) for r in range(3)]
+            assert not views[0].flags.writeable
+            got[rank] = [v.copy() for v in views]
+            w.shutdown()
+
+        errors = run_workers(cluster, body, 3)
+        assert not errors, errors
+        for rank in range(3):
+            for r, v in enumerate(got[rank]):
+                np.testing.assert_array_equal(
+                    v, np.arange(10 * (r + 1), dtype=np.float32) + 100 * r
+                )
+
+
+def test_cost_model_from_python_matches_reference_table() -> None:
+    c = _C.comm_cost(4096, 25088, 32, 16, 16)
+    assert round(c.sfb_bytes / 1e6) == 112
+    assert round(c.ps_bytes / 1e6) == 1541
+    assert _C.best_scheme(_C.LayerKind.FC, 4096, 25088, 32, 16, 16) == _C.Scheme.SFB
+    assert _C.best_scheme(_C.LayerKind.CONV, 4096, 25088, 32, 16, 16) == _C.Scheme.PS
+    assert _C.sfb_crossover_workers(4096, 4096, 32) == 128
+    assert _C.sfb_crossover_workers(1000, 1024, 128) == 7

@@ -1,0 +1,157 @@
+"""poseidon.config: every setting from its variable, launcher fallbacks,
+overrides, and errors that name the variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from poseidon.config import SETTINGS, Config, SettingError, parse_bytes
+
+from poseidon import _C
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "communication.md"
+
+
+def test_defaults_match_the_cpp_constants() -> None:
+    c = Config()
+    assert c.chunk_bytes == _C.DEFAULT_CHUNK_BYTES
+    assert c.max_frame_bytes == _C.DEFAULT_MAX_FRAME_BYTES
+    assert c.timeout_ms == _C.DEFAULT_TIMEOUT_MS
+    assert c.heartbeat_interval_ms == _C.DEFAULT_HEARTBEAT_INTERVAL_MS
+    assert c.heartbeat_timeout_ms == _C.DEFAULT_HEARTBEAT_TIMEOUT_MS
+    assert c.handshake_timeout_ms == _C.DEFAULT_HANDSHAKE_TIMEOUT_MS
+    assert c.comm_threads == _C.DEFAULT_COMM_THREADS
+
+
+def test_every_variable_is_read() -> None:
+    env = {
+        "POSEIDON_ROLE": "server",
+        "POSEIDON_RANK": "2",
+        "POSEIDON_NUM_WORKERS": "8",
+        "POSEIDON_NUM_SERVERS": "4",
+        "POSEIDON_COORDINATOR": "10.0.0.1:7000",
+        "POSEIDON_TOKEN": "s3cret",
+        "POSEIDON_LISTEN": "10.0.0.5:7100",
+        "POSEIDON_HOST": "10.0.0.5",
+        "POSEIDON_TRANSPORT": "inproc",
+        "POSEIDON_CHUNK_BYTES": "512KiB",
+        "POSEIDON_MAX_FRAME_BYTES": "128M",
+        "POSEIDON_TIMEOUT_MS": "9000",
+        "POSEIDON_HEARTBEAT_INTERVAL_MS": "100",
+        "POSEIDON_HEARTBEAT_TIMEOUT_MS": "1500",
+        "POSEIDON_HANDSHAKE_TIMEOUT_MS": "700",
+        "POSEIDON_COMM_THREADS": "3",
+        "POSEIDON_SOCKET_BUFFER_BYTES": "4MB",
+        "POSEIDON_SCHEME": "SFB",
+        "POSEIDON_VERBOSE": "yes",
+    }
+    assert {s.env for s in SETTINGS} == set(env)
+    c = Config.from_env(env)
+    assert c == Config(
+        role="server",
+        rank=2,
+        num_workers=8,
+        num_servers=4,
+        coordinator="10.0.0.1:7000",
+        token="s3cret",
+        listen="10.0.0.5:7100",
+        host="10.0.0.5",
+        transport="inproc",
+        chunk_bytes=512 << 10,
+        max_frame_bytes=128 << 20,
+        timeout_ms=9000,
+        heartbeat_interval_ms=100,
+        heartbeat_timeout_ms=1500,
+        handshake_timeout_ms=700,
+        comm_threads=3,
+        socket_buffer_bytes=4 << 20,
+        scheme="sfb",
+        verbose=True,
+    )
+    native = c.to_native()
+    assert native.role == _C.Role.SERVER
+    assert native.scheme == _C.SchemeChoice.SFB
+    assert native.chunk_bytes == 512 << 10
+    assert native.listen == "10.0.0.5:7100"
+
+
+@pytest.mark.parametrize(
+    ("launcher", "rank", "size"),
+    [
+        ({"RANK": "3", "WORLD_SIZE": "4"}, 3, 4),  # torchrun
+        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, 1, 2),  # Open MPI
+        ({"PMI_RANK": "5", "PMI_SIZE": "6"}, 5, 6),  # MPICH / Intel MPI
+        ({"SLURM_PROCID": "7", "SLURM_NTASKS": "8"}, 7, 8),  # srun
+    ],
+)
+def test_launcher_variables_name_workers(launcher: dict, rank: int, size: int) -> None:
+    c = Config.from_env({"POSEIDON_TOKEN": "t", **launcher})
+    assert (c.rank, c.num_workers) == (rank, size)
+    # POSEIDON_* wins over the launcher, and servers ignore launcher ranks.
+    c = Config.from_env({"POSEIDON_TOKEN": "t", "POSEIDON_RANK": "0", **launcher})
+    assert c.rank == 0
+    c = Config.from_env({"POSEIDON_ROLE": "server", **launcher})
+    assert c.rank == 0
+
+
+def test_torchrun_master_address_locates_the_coordinator() -> None:
+    c = Config.from_env({"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500"})
+    assert c.coordinator == "10.1.2.3:29501"
+    c = Config.from_env({"MASTER_ADDR": "10.1.2.3", "POSEIDON_COORDINATOR": "h:1"})
+    assert c.coordinator == "h:1"
+
+
+def test_overrides_and_token_file(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("from-file\n")
+    c = Config.from_env(
+        {"POSEIDON_TOKEN_FILE": str(token), "POSEIDON_NUM_WORKERS": "2"},
+        num_workers=4,
+        chunk_bytes="1M",
+        verbose=None,  # not given: the environment (default) stays
+    )
+    assert (c.token, c.num_workers, c.chunk_bytes, c.verbose) == ("from-file", 4, 1 << 20, False)
+
+
+def test_listen_address_defaults() -> None:
+    assert Config(coordinator="127.0.0.1:1").listen_address == "127.0.0.1:0"
+    assert Config(transport="inproc").listen_address == "inproc://"
+    assert Config(host="10.9.8.7").listen_address == "10.9.8.7:0"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"POSEIDON_NUM_WORKERS": "two"}, "POSEIDON_NUM_WORKERS='two' is not an integer"),
+        ({"POSEIDON_ROLE": "boss"}, "POSEIDON_ROLE='boss': want one of worker, server"),
+        ({"POSEIDON_CHUNK_BYTES": "lots"}, "POSEIDON_CHUNK_BYTES='lots' is not a byte count"),
+        ({"POSEIDON_VERBOSE": "maybe"}, "POSEIDON_VERBOSE='maybe' is not a boolean"),
+        ({"POSEIDON_RANK": "3", "POSEIDON_NUM_WORKERS": "2"}, "rank=3 for a worker"),
+        ({"POSEIDON_TOKEN_FILE": "/nonexistent/token"}, "POSEIDON_TOKEN_FILE="),
+    ],
+)
+def test_errors_name_the_variable(env: dict, message: str) -> None:
+    with pytest.raises(SettingError, match=message.replace("(", r"\(")):
+        Config.from_env(env)
+
+
+def test_cpp_validation_runs_too() -> None:
+    with pytest.raises(_C.ConfigError, match="token is empty"):
+        Config().to_native()
+    with pytest.raises(_C.ConfigError, match="chunk_bytes=6"):
+        Config(token="t", chunk_bytes=6).to_native()
+
+
+def test_parse_bytes() -> None:
+    assert parse_bytes("4194304") == 4 << 20
+    assert parse_bytes("4MiB") == parse_bytes("4M") == parse_bytes("4mb") == 4 << 20
+    assert parse_bytes("64k") == 64 << 10
+    assert parse_bytes("1G") == 1 << 30
+
+
+def test_docs_table_lists_every_setting() -> None:
+    text = DOCS.read_text()
+    for s in SETTINGS:
+        assert f"`{s.env}`" in text, f"{s.env} missing from {DOCS.name}"
+    assert "`POSEIDON_TOKEN_FILE`" in text
