@@ -63,12 +63,29 @@ def alexnet() -> nn.Module:
     )  # fmt: skip
 
 
+def vgg19() -> nn.Module:
+    layers: list[nn.Module] = []
+    channels = 3
+    for width, convs in ((64, 2), (128, 2), (256, 4), (512, 4), (512, 4)):
+        for _ in range(convs):
+            layers += [nn.Conv2d(channels, width, 3, padding=1), nn.ReLU()]
+            channels = width
+        layers.append(nn.MaxPool2d(2, 2, ceil_mode=True))
+    layers += [
+        nn.Flatten(), nn.Linear(25088, 4096), nn.ReLU(), nn.Dropout(0.5),
+        nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(0.5), nn.Linear(4096, 1000),
+    ]  # fmt: skip
+    return nn.Sequential(*layers)
+
+
 # model -> (torch.nn builder, batch size, input shape without batch, classes)
 MODELS = {
     "lenet": (lenet, 64, (1, 28, 28), 10),
     "cifar10_quick": (cifar10_quick, 100, (3, 32, 32), 10),
     "alexnet": (alexnet, 8, (3, 227, 227), 1000),
+    "vgg19": (vgg19, 32, (3, 224, 224), 1000),
 }
+DEFAULT_MODELS = {"cpu": "lenet,cifar10_quick,alexnet", "cuda": "lenet,cifar10_quick,alexnet,vgg19"}
 
 
 def engine_net(name: str, batch: int, phase: int) -> caffe.Net:
@@ -176,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--batch", type=int, default=0, help="override every model's batch")
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default="", help="comma list; default per device")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -184,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {device}")
     print(f"{'model':<15}{'batch':>6}{'engine ms':>12}{'torch ms':>12}{'speed vs torch':>16}")
     worst = float("inf")
-    for name in args.models.split(","):
+    for name in (args.models or DEFAULT_MODELS[device.type]).split(","):
         check_same(name, device)
         batch, ours, theirs = bench(name, device, args.rounds, args.iters, args.batch)
         ratio = theirs / ours
