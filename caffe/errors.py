@@ -29,3 +29,8 @@ class LayerError(CaffeError):
 
 class SolverError(CaffeError):
     """A solver definition that cannot run (missing net, bad lr_policy, unwritable prefix)."""
+
+
+class DistributedError(CaffeError):
+    """A distributed job failed: a peer died, timed out, or broke the protocol. The message
+    names the peer, the layer and the iteration."""

@@ -38,7 +38,8 @@ def train(flags: Flags) -> int:
     param = read_solver_param(flags.solver)
     param.train_state.level = flags.level
     param.train_state.stage.extend(flags.stages)
-    gpus = _choose_devices(flags, param)
+    distributed = _poseidon_worker_rank()
+    gpus = _choose_devices(flags, param, distributed)
     if flags.snapshot:
         param.ClearField("weights")
     elif flags.weights:
@@ -47,8 +48,9 @@ def train(flags: Flags) -> int:
     with SignalHandler(flags.sigint_effect, flags.sighup_effect) as signals:
         solver = _build_solver(param)
         solver.set_action_function(signals.action)
-        _attach_distributed(solver)
+        sync = _attach_distributed(solver) if distributed is not None else None
         progress = attach_progress_bar(solver)
+        failure: BaseException | None = None
         try:
             if flags.snapshot:
                 _log.info("Resuming from %s", flags.snapshot)
@@ -61,22 +63,31 @@ def train(flags: Flags) -> int:
                     gpus[0],
                 )
             solver.solve()
+        except BaseException as e:
+            failure = e
+            raise
         finally:
             if progress is not None:
                 progress.close()
+            if sync is not None:
+                sync.close(failure)
     if signals.stopped_by_sigint and solver.requested_early_exit:
         return EXIT_INTERRUPTED
     return 0
 
 
-def _choose_devices(flags: Flags, param: caffe_pb2.SolverParameter) -> list[int]:
-    """--gpu wins; without it, a solver that says `solver_mode: GPU` uses its device_id."""
+def _choose_devices(
+    flags: Flags, param: caffe_pb2.SolverParameter, local_rank: int | None = None
+) -> list[int]:
+    """--gpu wins; without it, a solver that says `solver_mode: GPU` uses its device_id
+    (a worker of a Poseidon job: the GPU of its local rank, one GPU per worker)."""
     gpu_flag, requested_by = flags.gpu, "--gpu"
     solver_wants_gpu = (
         param.HasField("solver_mode") and param.solver_mode == caffe_pb2.SolverParameter.GPU
     )
     if not gpu_flag and solver_wants_gpu:
-        gpu_flag, requested_by = str(param.device_id), f"solver_mode GPU ({flags.solver})"
+        device = param.device_id if local_rank is None else _gpu_of_local_rank(local_rank)
+        gpu_flag, requested_by = str(device), f"solver_mode GPU ({flags.solver})"
     gpus = choose_devices(gpu_flag, requested_by)
     if not gpus:
         _log.info("Use CPU.")
@@ -93,12 +104,31 @@ def _build_solver(param: caffe_pb2.SolverParameter):  # type: ignore[no-untyped-
     return get_solver(param)
 
 
-def _attach_distributed(solver) -> None:  # type: ignore[no-untyped-def]
-    """Hook for distributed training, called after the solver is built and before solving.
+def _poseidon_worker_rank() -> int | None:
+    """For a worker of a Poseidon job (POSEIDON_ROLE=worker, set by `poseidon launch` or a
+    cluster spec): set the solver rank and count before any net is built (data layers
+    shard by them; the seed is offset by the rank) and return the worker's local rank
+    (its GPU). None for a plain single-process `caffe train`."""
+    import os
 
-    A worker process of a Poseidon job (its role, rank and coordinator come from the
-    cluster spec or the POSEIDON_* environment) attaches caffe.parallel here: broadcast
-    rank 0's weights, register the per-layer after-backward syncers on solver.net and the
-    solver callbacks that average gradients. A single-process run has nothing to attach.
-    """
-    return None
+    if os.environ.get("POSEIDON_ROLE") != "worker":
+        return None
+    from caffe.parallel import prepare_worker
+
+    return prepare_worker()
+
+
+def _gpu_of_local_rank(local_rank: int) -> int:
+    import torch
+
+    count = torch.cuda.device_count()
+    return local_rank % count if count else 0
+
+
+def _attach_distributed(solver):  # type: ignore[no-untyped-def]
+    """Join the Poseidon job and attach caffe.parallel to the solver (between building the
+    solver and solving): per-layer syncers on the net's after-backward hooks, deferred
+    per-layer updates, rank 0's weights broadcast at the first step."""
+    from caffe.parallel import attach_from_environment
+
+    return attach_from_environment(solver)

@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "coordinator": "poseidon.commands.coordinator",
     "server": "poseidon.commands.server",
     "plan": "poseidon.commands.plan",
+    "launch": "poseidon.commands.launch",
 }
 
 

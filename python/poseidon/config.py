@@ -210,6 +210,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "socket_buffer_bytes": parse_bytes,
     "scheme": _choice(SCHEMES),
     "verbose": parse_bool,
+    "local_server": lambda text, name: text.strip(),
 }
 
 
@@ -248,6 +249,9 @@ class Config:
     socket_buffer_bytes: int = 0
     scheme: str = "auto"
     verbose: bool = False
+    # Not an environment setting: the in-process address of a shard this
+    # worker's own process runs (poseidon._C.KVServer.local_address).
+    local_server: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -336,6 +340,7 @@ class Config:
         c.token = self.token
         c.listen = self.listen_address
         c.transport = self.transport
+        c.local_server = self.local_server
         c.chunk_bytes = self.chunk_bytes
         c.max_frame_bytes = self.max_frame_bytes
         c.timeout_ms = self.timeout_ms

@@ -1,0 +1,456 @@
+"""Distributed data-parallel training over Poseidon: wait-free backpropagation (WFBP)
+and hybrid communication (HybComm). The only module of the engine that imports poseidon.
+
+It attaches to a Solver through its documented hooks only (DESIGN §3):
+
+- `after_backward(l)`: the moment layer l's backward is done (last pass of iter_size),
+  its syncer starts moving the layer's gradient — a push-pull of its contiguous diff
+  range through the KV-store shards (PS), or an all-gather of its sufficient factors
+  among the workers (SFB, InnerProduct layers the plan picks) — while backward goes on.
+- `apply_update` → `update_hook(rate)`: the update is deferred; the rate is kept.
+- `before_forward(l)` of the next iteration waits for layer l alone, averages its
+  gradient (the servers only sum), applies the solver rule to that layer's parameters
+  and zeroes its diff. Lower layers are needed first, so the comm core sends them first.
+- `flush_hook`: before tests, snapshots and the end, every pending layer completes.
+- `clear_param_diffs_hook`: the solver's ClearParamDiffs must not erase a gradient sum
+  that a pending layer still needs; such layers are zeroed after their update instead.
+
+Note [global waits]. With clip_gradients > 0 the global gradient norm needs every
+layer, so `on_gradients_ready` waits for all layers and the update happens at once (no
+overlap with the next forward; backward overlap remains). Mode `ps-nooverlap` (Caffe +
+PS, the paper's baseline) does the same and also starts sending only after the whole
+backward pass. Layers whose parameters are shared with a later layer are synced at
+`on_gradients_ready` too: their gradient is final only after the whole backward.
+
+Every worker runs the same update on the same mean gradient, so parameters and solver
+history stay identical everywhere; rank 0 alone tests, displays and snapshots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+import poseidon
+from caffe.common import set_multiprocess, set_solver_count, set_solver_rank
+from caffe.errors import CaffeError, DistributedError
+from caffe.sufficient_factors import FactorCollector, rebuild_gradients
+from caffe.sync_staging import GradientStaging
+from poseidon import _C
+from poseidon.config import SettingError
+from poseidon.timeline import Timeline
+
+_log = logging.getLogger("caffe")
+SYNC_MODES = ("ps-nooverlap", "wfbp", "poseidon")
+F = TypeVar("F", bound=Callable)
+
+
+def comm_errors(function: F) -> F:
+    """Report communication failures as DistributedError (one clear line from the CLI)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except poseidon.CommError as e:
+            raise DistributedError(str(e)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@dataclass
+class LayerSyncer:
+    """One learnable layer's synchronisation state."""
+
+    index: int  # layer index in the net = the comm core's layer id
+    name: str
+    start: int  # range in Net.param_diff / param_data
+    end: int
+    param_ids: list[int]  # learnable-param ids owned by the layer (solver order)
+    scheme: str = "PS"  # "PS" or "SFB" (from the coordinator's plan)
+    late: bool = False  # synced at on_gradients_ready (shared parameters)
+    staging: GradientStaging | None = None
+    collector: FactorCollector | None = None
+    handle: object | None = None
+    iteration: int = -1
+    pending: bool = False  # gradient in flight or received; update not yet applied
+    submitted_us: float = 0.0
+    bytes_seen: tuple[int, int] = (0, 0)
+    history: list[dict] = field(default_factory=list)
+
+
+class PoseidonSync:
+    """Attach to `solver`; `worker` is a connected `poseidon._C.Worker`."""
+
+    @comm_errors
+    def __init__(
+        self,
+        solver,
+        worker: _C.Worker,
+        mode: str = "poseidon",
+        timeline: Timeline | None = None,
+        force_scheme: str = "auto",
+    ) -> None:
+        if mode not in SYNC_MODES:
+            raise ValueError(f"sync mode {mode!r}: want one of {', '.join(SYNC_MODES)}")
+        self.solver = solver
+        self.net = solver.net
+        self.worker = worker
+        self.mode = mode
+        self.timeline = timeline
+        self.num_workers = worker.num_workers
+        self.rank = worker.rank
+        self.iter_size = max(1, int(solver.param.iter_size))
+        clip = solver.param.clip_gradients
+        self.deferred = mode != "ps-nooverlap" and not clip > 0
+        self.pass_index = 0
+        self.pending_rate: float | None = None
+        self.started = False
+        self.side_stream = (
+            torch.cuda.Stream(device=self.net.device) if self.net.device.type == "cuda" else None
+        )
+        self.syncers = self._make_syncers()
+        self.by_index = {s.index: s for s in self.syncers}
+        self._synced_params = {p for s in self.syncers for p in s.param_ids}
+        self.plan = self._agree_on_plan(force_scheme)
+        self._register()
+        self._attach()
+
+    # ----- setup --------------------------------------------------------------------------
+    def _make_syncers(self) -> list[LayerSyncer]:
+        net = self.net
+        owned: dict[int, list[int]] = {}
+        shared_owner_layers: set[int] = set()
+        for net_id, (layer_id, _) in enumerate(net._param_layer_indices):
+            owner = net._param_owners[net_id]
+            if owner < 0:
+                owned.setdefault(layer_id, []).append(net._learnable_param_ids[net_id])
+            else:
+                shared_owner_layers.add(net._param_layer_indices[owner][0])
+        syncers = []
+        for layer_id, param_ids in sorted(owned.items()):
+            if all(net.params_lr[p] == 0 for p in param_ids):
+                continue  # frozen: its update is local and zero-step; nothing to agree on
+            start, end = net.layer_param_range[layer_id]
+            syncers.append(
+                LayerSyncer(
+                    index=layer_id,
+                    name=net._layer_names[layer_id],
+                    start=start,
+                    end=end,
+                    param_ids=param_ids,
+                    late=layer_id in shared_owner_layers,
+                )
+            )
+        return syncers
+
+    def _layer_spec(self, s: LayerSyncer, force: _C.SchemeChoice) -> _C.LayerSpec:
+        layer = self.net.layers[s.index]
+        floats = s.end - s.start
+        if layer.type == "InnerProduct" and not s.late:
+            rows = layer.M * self.iter_size
+            return _C.LayerSpec(s.index, s.name, _C.LayerKind.FC, layer.num_output, layer.K,
+                                rows, floats, force)  # fmt: skip
+        kind = (
+            _C.LayerKind.CONV
+            if layer.type in ("Convolution", "Deconvolution")
+            else (_C.LayerKind.OTHER)
+        )
+        weight = layer.blobs[0].shape
+        m = weight[0] if weight else 1
+        n = max(1, layer.blobs[0].count // max(1, m))
+        batch = self.net._bottom_vecs[s.index][0].shape[0] if self.net._bottom_vecs[s.index] else 1
+        return _C.LayerSpec(s.index, s.name, kind, m, n, batch * self.iter_size, floats,
+                            _C.SchemeChoice.PS)  # fmt: skip
+
+    def _agree_on_plan(self, force_scheme: str) -> _C.Plan:
+        force = {"auto": _C.SchemeChoice.AUTO, "ps": _C.SchemeChoice.PS, "sfb": _C.SchemeChoice.SFB}
+        if self.mode != "poseidon":
+            force_scheme = "ps"  # WFBP and the baseline move every layer through the PS
+        specs = [self._layer_spec(s, force[force_scheme]) for s in self.syncers]
+        plan = self.worker.plan(specs)
+        for layer_plan in plan.layers:
+            syncer = self.by_index[layer_plan.layer_id]
+            syncer.scheme = "SFB" if layer_plan.scheme == _C.Scheme.SFB else "PS"
+        if self.rank == 0:
+            self._log_plan(plan)
+        return plan
+
+    def _log_plan(self, plan: _C.Plan) -> None:
+        _log.info("Poseidon: %d workers, %d server shards, sync mode %s, chunk %d bytes",
+                  plan.num_workers, plan.num_servers, self.mode, plan.chunk_bytes)  # fmt: skip
+        _log.info("HybComm plan (bytes per iteration per node):")
+        _log.info("    %-24s %-5s %14s %14s %s", "layer", "kind", "PS", "SFB", "scheme")
+        kinds = {_C.LayerKind.FC: "FC", _C.LayerKind.CONV: "conv", _C.LayerKind.OTHER: "other"}
+        for lp in plan.layers:
+            sfb = f"{lp.cost.sfb_bytes:14.0f}" if lp.spec.kind == _C.LayerKind.FC else " " * 14
+            scheme = "SFB" if lp.scheme == _C.Scheme.SFB else "PS"
+            _log.info("    %-24s %-5s %14.0f %s %s", lp.name, kinds[lp.spec.kind],
+                      lp.cost.ps_bytes, sfb, scheme)  # fmt: skip
+
+    def _register(self) -> None:
+        for s in self.syncers:
+            diff = self.net.param_diff[s.start : s.end]
+            s.staging = GradientStaging(diff, self.side_stream)
+            if s.scheme == "PS":
+                self.worker.register_layer(s.index, s.staging.host_array())
+                continue
+            layer = self.net.layers[s.index]
+            s.collector = FactorCollector(layer.num_output, layer.K)
+            # The same buffer also carries rank 0's weights once, at start.
+            max_floats = max(s.collector.max_floats(layer.M, self.iter_size), s.end - s.start)
+            self.worker.register_sfb_layer(s.index, max_floats)
+            layer.sufficient_factor_sink = s.collector
+
+    def _attach(self) -> None:
+        net, solver = self.net, self.solver
+        net.before_forward(self._before_forward)
+        net.after_backward(self._after_backward)
+        if self.timeline is not None:
+            self._attach_compute_timeline()
+        net.clear_param_diffs_hook = self._clear_param_diffs
+        solver.add_callback(self.on_start, self.on_gradients_ready)
+        solver.flush_hook = self.flush
+        if self.deferred:
+            solver.update_hook = self._defer_update
+
+    # ----- solver callbacks -----------------------------------------------------------------
+    @comm_errors
+    def on_start(self) -> None:
+        if not self.started:
+            self.started = True
+            self._broadcast_initial_weights()
+        self.pass_index = 0
+
+    @comm_errors
+    def on_gradients_ready(self) -> None:
+        for s in self.syncers:
+            if s.late or self.mode == "ps-nooverlap":
+                self._submit(s)
+        if not self.deferred:
+            for s in self.syncers:
+                self._receive(s)
+                s.pending = False  # the solver applies the update itself, right after
+
+    def _defer_update(self, rate: float) -> None:
+        """update_hook: keep the rate; layers update as their gradients arrive."""
+        self.pending_rate = rate
+        for param_id in range(len(self.net.learnable_params)):
+            if param_id not in self._synced_params:
+                self.solver.update_param(param_id, rate)
+                blob = self.net.learnable_params[param_id]
+                blob.data_tensor.sub_(blob.diff_tensor)
+                blob.diff_tensor.zero_()
+
+    @comm_errors
+    def flush(self) -> None:
+        """Complete every pending layer (before tests, snapshots and at the end)."""
+        for s in self.syncers:
+            if s.pending:
+                self._complete(s)
+        self.pending_rate = None
+
+    # ----- net callbacks --------------------------------------------------------------------
+    @comm_errors
+    def _before_forward(self, layer_index: int) -> None:
+        if layer_index == 0:
+            self.pass_index += 1
+        syncer = self.by_index.get(layer_index)
+        if syncer is not None and syncer.pending:
+            self._complete(syncer)
+
+    @comm_errors
+    def _after_backward(self, layer_index: int) -> None:
+        if self.mode == "ps-nooverlap" or self.pass_index < self.iter_size:
+            return
+        syncer = self.by_index.get(layer_index)
+        if syncer is not None and not syncer.late:
+            self._submit(syncer)
+
+    def _clear_param_diffs(self) -> None:
+        if not any(s.pending and s.scheme == "PS" for s in self.syncers):
+            self.net.param_diff.zero_()
+            return
+        keep = sorted((s.start, s.end) for s in self.syncers if s.pending and s.scheme == "PS")
+        position = 0
+        for start, end in keep:
+            self.net.param_diff[position:start].zero_()
+            position = end
+        self.net.param_diff[position:].zero_()
+
+    # ----- one layer's round ---------------------------------------------------------------
+    def _submit(self, s: LayerSyncer) -> None:
+        iteration = self.solver.iter
+        s.submitted_us = self._now()
+        if s.scheme == "PS":
+            s.staging.to_host()
+            s.staging.wait_host()  # CPU: no-op; CUDA: the side-stream copy of this layer only
+            s.handle = self.worker.push_pull(s.index, iteration)
+        else:
+            s.handle = self.worker.allgather(s.index, iteration, s.collector.pack())
+        s.iteration = iteration
+        s.pending = True
+
+    def _receive(self, s: LayerSyncer) -> None:
+        """Wait for the layer's round and leave the MEAN gradient in its diff range."""
+        if s.handle is None:
+            return
+        waited = self._now()
+        s.handle.wait()
+        done = self._now()
+        s.handle = None
+        scale = 1.0 / self.num_workers
+        if s.scheme == "PS":
+            s.staging.to_device()
+            s.staging.diff.mul_(scale)
+        else:
+            self._rebuild_from_factors(s, scale)
+        if self.timeline is not None:
+            self._record_sync(s, waited, done)
+
+    def _complete(self, s: LayerSyncer) -> None:
+        """Receive, then apply the deferred update of the layer's parameters."""
+        self._receive(s)
+        s.pending = False
+        if self.pending_rate is None:
+            return  # the solver itself updates (not deferred)
+        start = self._now()
+        for param_id in s.param_ids:
+            self.solver.update_param(param_id, self.pending_rate)
+        data = self.net.param_data[s.start : s.end]
+        data.sub_(s.staging.diff)
+        s.staging.diff.zero_()
+        if self.timeline is not None:
+            self.timeline.span(s.name, "apply", start, self._now(), iteration=s.iteration)
+
+    def _rebuild_from_factors(self, s: LayerSyncer, scale: float) -> None:
+        layer = self.net.layers[s.index]
+        factors = [self.worker.factor(s.index, s.iteration, r) for r in range(self.num_workers)]
+        weight_diff = layer.blobs[0].diff_tensor if layer.param_propagate_down[0] else None
+        bias_diff = None
+        if layer.bias_term and layer.param_propagate_down[1]:
+            bias_diff = layer.blobs[1].diff_tensor
+        rebuild_gradients(factors, layer.num_output, layer.K, weight_diff, bias_diff,
+                          layer.transpose, scale)  # fmt: skip
+
+    # ----- start: every worker begins from rank 0's weights ----------------------------------
+    def _broadcast_initial_weights(self) -> None:
+        """Rank 0's parameters to all (Caffe's NCCL bcast), through the same channels.
+
+        PS layers: rank 0 pushes its weights, the others zeros; the sum is rank 0's
+        weights, bit for bit (x + 0 = x). SFB layers: an all-gather where only rank 0
+        sends. Uses iteration iter-1, so the first training round is iteration iter.
+        """
+        iteration = self.solver.iter - 1
+        for s in self.syncers:
+            data = self.net.param_data[s.start : s.end]
+            if s.scheme == "PS":
+                s.staging.diff.copy_(data if self.rank == 0 else torch.zeros_like(data))
+                s.staging.to_host()
+                s.staging.wait_host()
+                s.handle = self.worker.push_pull(s.index, iteration)
+            else:
+                payload = data.cpu().numpy() if self.rank == 0 else np.zeros(0, np.float32)
+                s.handle = self.worker.allgather(s.index, iteration, payload)
+        for s in self.syncers:
+            s.handle.wait()
+            s.handle = None
+            data = self.net.param_data[s.start : s.end]
+            if s.scheme == "PS":
+                s.staging.to_device()
+                data.copy_(s.staging.diff)
+                s.staging.diff.zero_()
+            else:
+                weights = self.worker.factor(s.index, iteration, 0)
+                data.copy_(torch.from_numpy(np.array(weights)).to(data.device))
+        if self.rank == 0:
+            _log.info("Poseidon: initial weights of rank 0 broadcast to %d workers",
+                      self.num_workers)  # fmt: skip
+
+    # ----- end -------------------------------------------------------------------------------
+    @comm_errors
+    def close(self, error: BaseException | None = None) -> None:
+        """Finish cleanly, or abort the whole job with the reason if training failed."""
+        if error is not None:
+            # The job may already be aborted (that may be the error); abort is best effort.
+            with contextlib.suppress(poseidon.CommError):
+                self.worker.abort(f"worker {self.rank} failed: {error}")
+        else:
+            self.flush()
+            self.worker.shutdown()
+        if self.timeline is not None:
+            self.timeline.close()
+
+    def traffic(self) -> dict[int, tuple[int, int]]:
+        """Bytes (sent, received) so far per layer index."""
+        return dict(self.worker.traffic())
+
+    # ----- timeline ----------------------------------------------------------------------------
+    def _now(self) -> float:
+        return self.timeline.now_us() if self.timeline is not None else time.perf_counter() * 1e6
+
+    def _record_sync(self, s: LayerSyncer, waited_us: float, done_us: float) -> None:
+        sent, received = self.worker.traffic().get(s.index, (0, 0))
+        delta = (sent - s.bytes_seen[0], received - s.bytes_seen[1])
+        s.bytes_seen = (sent, received)
+        self.timeline.span(
+            s.name, "sync", s.submitted_us, done_us, iteration=s.iteration, scheme=s.scheme,
+            bytes_sent=delta[0], bytes_received=delta[1],
+        )  # fmt: skip
+        self.timeline.span(s.name, "wait", waited_us, done_us, iteration=s.iteration)
+
+    def _attach_compute_timeline(self) -> None:
+        timeline, names, starts = self.timeline, self.net._layer_names, {}
+
+        def begin(kind: str):
+            return lambda i: starts.__setitem__((kind, i), timeline.now_us())
+
+        def end(kind: str):
+            def record(i: int) -> None:
+                timeline.span(f"{kind} {names[i]}", "compute", starts.pop((kind, i)),
+                              timeline.now_us(), layer=i, iteration=self.solver.iter)  # fmt: skip
+
+            return record
+
+        # Registered after the sync callbacks: a layer's forward span excludes its wait.
+        self.net.before_forward(begin("forward"))
+        self.net.after_forward(end("forward"))
+        self.net.before_backward(begin("backward"))
+        self.net.after_backward(end("backward"))
+
+
+def worker_config() -> poseidon.Config:
+    """This worker's settings, from the POSEIDON_* (and launcher) variables."""
+    try:
+        return poseidon.Config.from_env(role="worker")
+    except SettingError as e:
+        raise CaffeError(f"Poseidon worker settings: {e}") from None
+
+
+def prepare_worker() -> int:
+    """Before nets are built: solver rank and count (data sharding, seed offset).
+
+    Returns the worker's local rank on its host (which GPU it uses)."""
+    config = worker_config()
+    set_solver_count(config.num_workers)
+    set_solver_rank(config.rank)
+    set_multiprocess(True)
+    return config.local_rank
+
+
+@comm_errors
+def attach_from_environment(solver) -> PoseidonSync:
+    """Join the Poseidon job described by POSEIDON_* variables and attach to `solver`."""
+    config = worker_config()
+    worker = _C.Worker(config.to_native())
+    worker.connect()
+    timeline = Timeline(config.timeline, config.rank) if config.timeline else None
+    return PoseidonSync(solver, worker, config.sync, timeline, config.scheme)

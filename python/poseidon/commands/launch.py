@@ -1,0 +1,65 @@
+"""Start a whole job: the coordinator, P2 KV-store shards and P1 workers running
+COMMAND (e.g. `caffe train --solver S`), on this machine or, with --hostfile, over ssh.
+Each worker learns its role and rank from POSEIDON_* variables; output is prefixed by
+role and rank; the exit status is the job's; Ctrl-C stops every process."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "start coordinator, shards and workers of a job with one command"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from poseidon.config import SCHEMES, SYNC_MODES
+
+    p.add_argument("-n", "--workers", type=int, required=True, help="P1, number of workers")
+    p.add_argument("-s", "--servers", type=int, help="P2, number of shards (default: P1, or "
+                   "one per host with --hostfile)")  # fmt: skip
+    p.add_argument("--sync", choices=SYNC_MODES, default="poseidon",
+                   help="ps-nooverlap | wfbp | poseidon (WFBP + HybComm, default)")  # fmt: skip
+    p.add_argument("--scheme", choices=SCHEMES, default="auto",
+                   help="with --sync poseidon: auto (BestScheme), or force ps / sfb")  # fmt: skip
+    p.add_argument("--timeline", help="Chrome trace per worker; {rank} in the path is replaced")
+    p.add_argument(
+        "--log-dir", help="also write each process's raw output to DIR/<role>_<rank>.log"
+    )
+    p.add_argument("--hostfile", help="lines 'host [slots=N]': start the job over ssh")
+    p.add_argument("--ssh", default="ssh -o BatchMode=yes", help="ssh command (with --hostfile)")
+    p.add_argument("--port", type=int, default=0, help="coordinator port (0: any free port)")
+    p.add_argument("--chunk-bytes", help="PS chunk size, e.g. 4MiB")
+    p.add_argument("--timeout-ms", type=int, help="limit of every wait in the job")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... run by each worker")
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    import shlex
+
+    from poseidon.commands._common import fail
+    from poseidon.launch import JobSpec, parse_hostfile, run_job
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        return fail("launch", "no command: poseidon launch -n N -- caffe train --solver S")
+    try:
+        hosts = parse_hostfile(args.hostfile) if args.hostfile else []
+    except (OSError, ValueError) as e:
+        return fail("launch", e)
+    if args.workers < 1 or (args.servers is not None and args.servers < 1):
+        return fail("launch", "-n and -s must be >= 1")
+    servers = args.servers or (len(hosts) if hosts else args.workers)
+    timeline = args.timeline or ""
+    if timeline and "{rank}" not in timeline:
+        root, ext = os.path.splitext(timeline)
+        timeline = f"{root}.{{rank}}{ext or '.json'}"
+    spec = JobSpec(
+        command=command, num_workers=args.workers, num_servers=servers, sync=args.sync,
+        scheme=args.scheme, timeline=timeline, log_dir=args.log_dir or "",
+        chunk_bytes=args.chunk_bytes or "", timeout_ms=args.timeout_ms,
+        coordinator_port=args.port or (29600 if hosts else 0), hosts=hosts,
+        ssh=shlex.split(args.ssh),
+    )  # fmt: skip
+    return run_job(spec)

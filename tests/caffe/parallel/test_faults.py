@@ -1,0 +1,98 @@
+"""A worker killed mid-training stops the whole job within seconds, with a message that
+names the worker, the layer and the iteration; the last snapshot is intact and training
+resumes from it with --snapshot."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from caffe.weights_io import read_caffemodel, read_solverstate
+from tests.caffe.parallel.job import write_solver
+
+SNAPSHOTS = 'snapshot: 5\nsnapshot_prefix: "{prefix}"\ndisplay: 5'
+CAFFE = [sys.executable, "-m", "caffe.tools.cli"]
+LAUNCH = [sys.executable, "-m", "poseidon.cli", "launch"]
+
+
+def start(command: list[str], cwd: str) -> tuple[subprocess.Popen, queue.Queue]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOG_minloglevel": "0"}
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in process.stdout], daemon=True).start()
+    return process, lines
+
+
+def wait_for(lines: queue.Queue, pattern: str, seen: list[str], timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        match = re.search(pattern, line)
+        if match:
+            return match
+    raise AssertionError(f"no line matching {pattern!r} within {timeout}s:\n{''.join(seen)[-3000:]}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_killed_worker_stops_the_job_and_the_snapshot_resumes(tmp_path):
+    prefix = str(tmp_path / "snap")
+    solver = write_solver(str(tmp_path), 4, 100000, snapshots=SNAPSHOTS.format(prefix=prefix))
+    launcher, lines = start([*LAUNCH, "-n", "2", "-s", "2", "--", *CAFFE, "train", "--solver",
+                             solver], str(tmp_path))  # fmt: skip
+    seen: list[str] = []
+    pids = [int(wait_for(lines, rf"started worker {r} \(pid (\d+)\)", seen).group(1))
+            for r in (0, 1)]  # fmt: skip
+    wait_for(lines, r"Snapshotting solver state .*_iter_15\.solverstate", seen)
+    os.kill(pids[1], signal.SIGKILL)
+    killed_at = time.monotonic()
+    launcher.wait(timeout=30)
+    elapsed = time.monotonic() - killed_at
+    time.sleep(0.5)
+    while not lines.empty():
+        seen.append(lines.get())
+    output = "".join(seen)
+    assert elapsed < 10, f"job took {elapsed:.1f}s to stop"
+    assert launcher.returncode != 0
+    fatal = [line for line in seen if line.startswith("[worker 0] F")]
+    assert fatal, output[-3000:]
+    assert re.search(r"layer \d+ \(\w+\) iteration \d+ failed: worker 1 .* is gone", fatal[0])
+    assert "Traceback" not in output
+    assert not any(alive(pid) for pid in pids)
+
+    # The newest snapshot pair is complete and readable...
+    states = sorted(tmp_path.glob("snap_iter_*.solverstate"), key=os.path.getmtime)
+    latest = states[-1]
+    iteration = int(re.search(r"_iter_(\d+)", latest.name).group(1))
+    state, history = read_solverstate(str(latest))
+    assert state.iter == iteration and len(history) == 8
+    weights = read_caffemodel(str(tmp_path / f"snap_iter_{iteration}.caffemodel"))
+    assert [layer.name for layer in weights.layers if layer.blobs] == ["conv1", "conv2", "ip1",
+                                                                     "ip2"]  # fmt: skip
+    # ... and a distributed run resumes from it.
+    resume = write_solver(str(tmp_path), 4, iteration + 3, name="resume",
+                          snapshots=SNAPSHOTS.format(prefix=str(tmp_path / "again")))  # fmt: skip
+    result = subprocess.run([*LAUNCH, "-n", "2", "-s", "1", "--", *CAFFE, "train", "--solver",
+                             resume, "--snapshot", str(latest)], cwd=str(tmp_path),
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "GLOG_minloglevel": "0"})  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert f"Restoring previous solver status from {latest}" in result.stdout
+    assert (tmp_path / f"again_iter_{iteration + 3}.caffemodel").exists()

@@ -1,0 +1,43 @@
+"""One worker of a test job: `caffe train`'s distributed path, then the worker's
+parameters, per-layer traffic and timeline saved for the test to compare.
+
+    worker.py SOLVER ITERATIONS OUT_DIR     (run by `poseidon launch`)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import torch
+
+
+def main() -> int:
+    solver_path, iterations, out_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    torch.set_num_threads(1)
+    from caffe.parallel import attach_from_environment, prepare_worker
+    from caffe.solvers import get_solver
+
+    prepare_worker()
+    solver = get_solver(solver_path)
+    sync = attach_from_environment(solver)
+    try:
+        solver.step(iterations)
+    except BaseException as e:
+        sync.close(e)
+        raise
+    traffic = sync.traffic()
+    sync.close()
+    arrays = {f"{name}/{i}": blob.data for name, blobs in solver.net.params.items()
+              for i, blob in enumerate(blobs)}  # fmt: skip
+    for layer_index, (sent, received) in traffic.items():
+        arrays[f"traffic/{solver.net._layer_names[layer_index]}"] = np.array([sent, received])
+    for s in sync.syncers:
+        arrays[f"scheme/{s.name}"] = np.array(s.scheme)
+    np.savez(os.path.join(out_dir, f"rank{sync.rank}.npz"), **arrays)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
