@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "server": "poseidon.commands.server",
     "plan": "poseidon.commands.plan",
     "launch": "poseidon.commands.launch",
+    "demo": "poseidon.commands.demo",
 }
 
 
