@@ -15,6 +15,9 @@ int64_t now_ms() {
 
 constexpr int kTeardownSendMs = 500;
 constexpr int kTeardownWaitMs = 2000;
+// How long a death seen by the coordinator waits for a report from a node
+// that saw it on the data plane (see Note [death reports]).
+constexpr int64_t kDeathReportGraceMs = 300;
 
 // Peer reasons read "worker 1 (addr): what"; keep only "what".
 std::string strip_name(const std::string& reason, const std::string& name) {
@@ -286,9 +289,17 @@ void Coordinator::on_closed(Peer& peer, const std::string& reason, bool clean) {
   auto it = members_.find(key);
   if (it == members_.end() || it->second.peer.get() != &peer) return;
   const std::string name = peer.remote().str();
-  fail_locked(name, name + (clean ? " left before the job finished: " : " died: ") +
-                        strip_name(reason, name) + " (its last heartbeat reported " +
-                        describe_progress(it->second.progress) + ")");
+  // Note [death reports]: the nodes that talked to the dead one on the data
+  // plane see it go too, and their reports say which layer and iteration
+  // they were waiting on. Give them a moment to arrive and prefer them; our
+  // own account (the last heartbeat) is the fallback.
+  if (!pending_death_) {
+    pending_death_ = Failure{name, name + (clean ? " left before the job finished: " : " died: ") +
+                                       strip_name(reason, name) + " (its last heartbeat reported " +
+                                       describe_progress(it->second.progress) + ")"};
+    pending_death_deadline_ms_ = now_ms() + kDeathReportGraceMs;
+    cv_.notify_all();
+  }
 }
 
 void Coordinator::monitor_once() {
@@ -326,7 +337,14 @@ void Coordinator::run() {
     if (phase_ == Phase::kRendezvous) {
       wait_ms = std::max<int64_t>(1, std::min(wait_ms, start + config_.timeout_ms - now_ms() + 1));
     }
+    if (pending_death_) {
+      wait_ms = std::max<int64_t>(1, std::min(wait_ms, pending_death_deadline_ms_ - now_ms() + 1));
+    }
     cv_.wait_for(lock, std::chrono::milliseconds(wait_ms));
+    if (pending_death_ && now_ms() >= pending_death_deadline_ms_) {
+      fail_locked(pending_death_->peer, pending_death_->reason);  // no report came
+      break;
+    }
     if (phase_ == Phase::kRendezvous && now_ms() - start > config_.timeout_ms) {
       std::string missing;
       for (int r = 0; r < config_.num_workers; ++r) {

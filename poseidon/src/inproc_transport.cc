@@ -1,7 +1,11 @@
-// In-process transport for tests: a connection is two bounded byte pipes.
-// Bounded (kPipeBytes) like a socket buffer, so a writer blocks when its
-// reader stalls and any ordering bug that would deadlock over TCP deadlocks
-// here too. Listeners live in one process-wide registry keyed by name.
+// In-process transport: for tests, and for a worker talking to the shard it
+// hosts in its own process (Config::local_server). A connection is two
+// rendezvous pipes: a writer posts its bytes and waits until the reader has
+// copied them straight into its destination, so a payload is copied exactly
+// once (TCP copies it twice, into and out of the kernel) and nothing is
+// buffered. A writer therefore blocks until its reader drains — stricter than
+// a socket buffer, so an ordering bug that could deadlock over TCP deadlocks
+// here first. Listeners live in one process-wide registry keyed by name.
 
 #include <algorithm>
 #include <atomic>
@@ -18,42 +22,47 @@ namespace poseidon {
 namespace {
 
 using Kind = TransportError::Kind;
-constexpr size_t kPipeBytes = size_t{1} << 20;
 
-// One direction of a connection: a ring buffer of kPipeBytes.
+// One direction of a connection. One writer and one reader at a time (the
+// callers serialize, as for a socket).
 class Pipe {
  public:
-  // Uninitialized: only the bytes written are touched (cheap short-lived pipes).
-  Pipe() : ring_(new uint8_t[kPipeBytes]) {}
-
-  // Appends all bytes, blocking while full. Throws once the reader is gone.
+  // Blocks until the reader has taken all n bytes. Throws once the reader is
+  // gone, or on timeout — after which the stream is broken (the reader may
+  // have taken part of the bytes) and the pipe refuses further writes.
   void write(const uint8_t* src, size_t n, Deadline deadline, const std::string& peer) {
+    if (n == 0) return;
     std::unique_lock<std::mutex> lock(mu_);
-    while (n > 0) {
-      if (!cv_.wait_until(lock, deadline.time_point(),
-                          [&] { return reader_gone_ || writer_done_ || size_ < kPipeBytes; })) {
-        throw TransportError(Kind::kTimeout, "send to " + peer + " stalled (pipe full)");
-      }
-      if (reader_gone_ || writer_done_) {
-        throw TransportError(Kind::kReset, "send to " + peer + " failed: connection closed");
-      }
-      const size_t tail = (head_ + size_) % kPipeBytes;
-      const size_t run = std::min({n, kPipeBytes - size_, kPipeBytes - tail});
-      std::memcpy(ring_.get() + tail, src, run);
-      size_ += run;
-      src += run;
-      n -= run;
-      cv_.notify_all();
+    if (reader_gone_ || writer_done_ || broken_) {
+      throw TransportError(Kind::kReset, "send to " + peer + " failed: connection closed");
     }
+    src_ = src;
+    avail_ = n;
+    cv_.notify_all();
+    const bool drained =
+        cv_.wait_until(lock, deadline.time_point(), [&] { return avail_ == 0 || reader_gone_; });
+    const size_t left = avail_;
+    src_ = nullptr;
+    avail_ = 0;
+    if (left == 0) return;
+    broken_ = true;
+    cv_.notify_all();
+    if (!drained) {
+      throw TransportError(Kind::kTimeout, "send to " + peer +
+                                               " stalled: " + std::to_string(n - left) + " of " +
+                                               std::to_string(n) + " bytes taken");
+    }
+    throw TransportError(Kind::kReset, "send to " + peer + " failed: connection closed");
   }
 
-  // Reads exactly n bytes. Throws kClosed at EOF with the count read so far.
+  // Copies exactly n bytes from posted writes into dst. Throws kClosed at EOF
+  // with the count read so far.
   void read(uint8_t* dst, size_t n, Deadline deadline, const std::string& peer) {
     std::unique_lock<std::mutex> lock(mu_);
     size_t got = 0;
     while (got < n) {
       if (!cv_.wait_until(lock, deadline.time_point(),
-                          [&] { return size_ > 0 || writer_done_ || reader_gone_; })) {
+                          [&] { return avail_ > 0 || writer_done_ || reader_gone_ || broken_; })) {
         throw TransportError(Kind::kTimeout, "read from " + peer + " timed out after " +
                                                  std::to_string(got) + " of " + std::to_string(n) +
                                                  " expected bytes");
@@ -61,17 +70,48 @@ class Pipe {
       if (reader_gone_) {
         throw TransportError(Kind::kClosed, "connection to " + peer + " closed locally");
       }
-      if (size_ == 0) {
+      if (avail_ == 0) {
         throw TransportError(Kind::kClosed, "connection closed by " + peer + " (EOF) after " +
                                                 std::to_string(got) + " of " + std::to_string(n) +
                                                 " expected bytes");
       }
-      const size_t run = std::min({n - got, size_, kPipeBytes - head_});
-      std::memcpy(dst + got, ring_.get() + head_, run);
-      head_ = (head_ + run) % kPipeBytes;
-      size_ -= run;
+      // The writer is parked until we are done with its bytes.
+      const size_t run = std::min(n - got, avail_);
+      std::memcpy(dst + got, src_, run);
+      src_ += run;
+      avail_ -= run;
       got += run;
-      cv_.notify_all();
+      if (avail_ == 0) cv_.notify_all();
+    }
+  }
+
+  // Like read, but hands the writer's bytes to `sink` in place (under the
+  // lock, so the writer stays parked and its buffer valid meanwhile).
+  void read_pieces(size_t n, Deadline deadline, const std::string& peer,
+                   const Connection::PieceSink& sink) {
+    std::unique_lock<std::mutex> lock(mu_);
+    size_t got = 0;
+    while (got < n) {
+      if (!cv_.wait_until(lock, deadline.time_point(),
+                          [&] { return avail_ > 0 || writer_done_ || reader_gone_ || broken_; })) {
+        throw TransportError(Kind::kTimeout, "read from " + peer + " timed out after " +
+                                                 std::to_string(got) + " of " + std::to_string(n) +
+                                                 " expected bytes");
+      }
+      if (reader_gone_) {
+        throw TransportError(Kind::kClosed, "connection to " + peer + " closed locally");
+      }
+      if (avail_ == 0) {
+        throw TransportError(Kind::kClosed, "connection closed by " + peer + " (EOF) after " +
+                                                std::to_string(got) + " of " + std::to_string(n) +
+                                                " expected bytes");
+      }
+      const size_t run = std::min(n - got, avail_);
+      sink(src_, run);
+      src_ += run;
+      avail_ -= run;
+      got += run;
+      if (avail_ == 0) cv_.notify_all();
     }
   }
 
@@ -90,11 +130,11 @@ class Pipe {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::unique_ptr<uint8_t[]> ring_;
-  size_t head_ = 0;
-  size_t size_ = 0;
+  const uint8_t* src_ = nullptr;  // the writer's bytes not yet taken
+  size_t avail_ = 0;
   bool writer_done_ = false;
   bool reader_gone_ = false;
+  bool broken_ = false;  // a write gave up midway: the stream is unusable
 };
 
 class InprocConnection final : public Connection {
@@ -116,6 +156,11 @@ class InprocConnection final : public Connection {
 
   void read_exact(void* dst, size_t bytes, Deadline deadline) override {
     in_->read(static_cast<uint8_t*>(dst), bytes, deadline, remote_);
+  }
+
+  void read_pieces(size_t bytes, Deadline deadline, uint8_t*, size_t,
+                   const PieceSink& sink) override {
+    in_->read_pieces(bytes, deadline, remote_, sink);
   }
 
   void close_write() override { out_->close_writer(); }

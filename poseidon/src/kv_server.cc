@@ -1,5 +1,6 @@
 #include "poseidon/kv_server.h"
 
+#include <cstring>
 #include <limits>
 
 #include "poseidon/log.h"
@@ -10,6 +11,24 @@ namespace {
 constexpr int64_t kNoIteration = std::numeric_limits<int64_t>::min();
 constexpr int kTeardownSendMs = 500;
 constexpr int kTeardownWaitMs = 2000;
+// Non-first pushes are read and added in pieces of this many floats (256 KiB):
+// small enough for the piece to stay in cache between the read and the add.
+constexpr size_t kBounceFloats = size_t{64} << 10;
+
+// sum[i] += piece[i]. `piece` comes from a byte stream: copy through a
+// register when it is not float-aligned (it always is in practice).
+void add_floats(float* sum, const uint8_t* piece, size_t n) {
+  if (reinterpret_cast<uintptr_t>(piece) % alignof(float) == 0) {
+    const float* p = reinterpret_cast<const float*>(piece);
+    for (size_t i = 0; i < n; ++i) sum[i] += p[i];
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, piece + 4 * i, 4);
+    sum[i] += v;
+  }
+}
 
 }  // namespace
 
@@ -53,6 +72,15 @@ KVServer::KVServer(const Config& config) : config_(config) {
       [this](const NodeId& id) { return admit(id); },
       [this](std::unique_ptr<Connection> conn, const NodeId& id) { on_peer(std::move(conn), id); },
       self_.str());
+  // A second door for a worker of this process (Config::local_server).
+  local_transport_ = make_inproc_transport();
+  std::unique_ptr<Listener> local = local_transport_->listen("inproc://");
+  local_address_ = local->address();
+  local_acceptor_ = std::make_unique<Acceptor>(
+      std::move(local), self_, config_.token, config_.handshake_timeout_ms,
+      [this](const NodeId& id) { return admit(id); },
+      [this](std::unique_ptr<Connection> conn, const NodeId& id) { on_peer(std::move(conn), id); },
+      self_.str());
 }
 
 KVServer::~KVServer() {
@@ -90,9 +118,9 @@ void KVServer::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
   }
   if (config_.verbose) log_line(self_.str(), "connected to " + id.str());
   std::weak_ptr<Peer> weak = peer;
-  auto scratch = std::make_shared<std::vector<float>>();
+  auto bounce = std::make_shared<std::vector<float>>();
   peer->start(
-      [this, weak, scratch](Peer&, const FrameHeader& h) {
+      [this, weak, bounce](Peer&, const FrameHeader& h) {
         std::shared_ptr<Peer> self_peer = weak.lock();
         if (!self_peer) return;
         if (h.type == FrameType::kAbort) {
@@ -105,7 +133,7 @@ void KVServer::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
           reject("unexpected " + frame_type_name(static_cast<uint16_t>(h.type)) +
                  " at a server shard");
         }
-        on_push(self_peer, h, *scratch);
+        on_push(self_peer, h, *bounce);
       },
       [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
 }
@@ -155,7 +183,7 @@ void KVServer::build_slots(const Plan& plan) {
 }
 
 void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
-                       std::vector<float>& scratch) {
+                       std::vector<float>& bounce) {
   if (!wait_ready()) return;  // aborted: teardown closes this connection
   const NodeId& from = peer->remote();
   const std::string push = "push from " + from.str() + " for layer " + std::to_string(h.layer) +
@@ -215,6 +243,7 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
       }
       slot->phase = ChunkSlot::Phase::kAccumulating;
       slot->round_iteration = h.iteration;
+      coord_->set_progress(h.iteration, h.layer);  // for our heartbeats
       std::fill(slot->pushed.begin(), slot->pushed.end(), 0);
       slot->arrived = 0;
       slot->direct_claimed = false;
@@ -225,20 +254,13 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
     direct = !slot->direct_claimed;
     if (direct) slot->direct_claimed = slot->direct_busy = true;
   }
-  float* dst = slot->sum.data();
-  if (!direct) {
-    if (scratch.size() < slot->floats) scratch.resize(slot->floats);
-    dst = scratch.data();
-  }
-  peer->read_payload(dst, slot->floats * 4);
-  bytes_in_ += slot->floats * 4;
-  std::vector<SendJob> replies;
-  {
-    std::unique_lock<std::mutex> lock(slot->mu);
-    if (direct) {
-      slot->direct_busy = false;
-      slot->cv.notify_all();
-    } else {
+  const size_t bytes = slot->floats * 4;
+  if (direct) {
+    peer->read_payload(slot->sum.data(), bytes);
+  } else {
+    {
+      // Later pushes are added in place, so the first must be in the sum.
+      std::unique_lock<std::mutex> lock(slot->mu);
       slot->cv.wait_until(lock, deadline.time_point(),
                           [&] { return abort_->tripped() || !slot->direct_busy; });
       if (abort_->tripped()) return;
@@ -247,9 +269,28 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
                            std::to_string(config_.timeout_ms) +
                            " ms for the first push of the round to be read");
       }
-      float* sum = slot->sum.data();
-      const float* add = scratch.data();
-      for (size_t i = 0; i < slot->floats; ++i) sum[i] += add[i];
+    }
+    // Piece by piece through a bounce buffer that stays in cache (TCP), or
+    // straight from the writer's memory (in-process): the push never makes
+    // a round trip through a chunk-sized scratch buffer in DRAM.
+    if (bounce.size() < kBounceFloats) bounce.resize(kBounceFloats);
+    size_t at = 0;  // floats added so far
+    peer->read_payload_pieces(
+        bytes, reinterpret_cast<uint8_t*>(bounce.data()), kBounceFloats * 4,
+        [&](const uint8_t* data, size_t size) {
+          const size_t n = size / 4;
+          std::lock_guard<std::mutex> lock(slot->mu);  // adders of a chunk take turns
+          add_floats(slot->sum.data() + at, data, n);
+          at += n;
+        });
+  }
+  bytes_in_ += bytes;
+  std::vector<SendJob> replies;
+  {
+    std::unique_lock<std::mutex> lock(slot->mu);
+    if (direct) {
+      slot->direct_busy = false;
+      slot->cv.notify_all();
     }
     if (++slot->arrived < plan_.num_workers) return;
     slot->phase = ChunkSlot::Phase::kSending;
@@ -272,17 +313,17 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
 }
 
 void KVServer::reply_done(ChunkSlot* slot, const SendOutcome& out, const NodeId& to) {
-  if (!out.ok()) {
-    // A lost connection is reported by its reader (see SendOutcome); the
-    // round stays in "sending" and the abort that follows ends it.
-    if (!out.connection_lost) {
-      abort_->trip(Failure{to.str(), self_.str() + " could not send the sum of " + slot->key() +
-                                         " iteration " + std::to_string(slot->round_iteration) +
-                                         " to " + to.str() + ": " + out.error});
-    }
+  if (!out.ok() && !out.connection_lost) {
+    abort_->trip(Failure{to.str(), self_.str() + " could not send the sum of " + slot->key() +
+                                       " iteration " + std::to_string(slot->round_iteration) +
+                                       " to " + to.str() + ": " + out.error});
     return;
   }
-  bytes_out_ += slot->floats * 4;
+  // A lost connection is reported by its reader (see SendOutcome). The round
+  // still counts the send as done: that reader may itself be parked waiting
+  // for this round to finish sending, and must get back to its connection to
+  // see it is gone.
+  if (out.ok()) bytes_out_ += slot->floats * 4;
   std::lock_guard<std::mutex> lock(slot->mu);
   if (--slot->sends_left > 0) return;
   slot->last_completed = slot->round_iteration;
@@ -314,7 +355,11 @@ std::string KVServer::pending_summary() const {
                 : std::to_string(slot->arrived) + " of " + std::to_string(slot->pushed.size()) +
                       " pushes, waiting for worker(s) " + missing);
   }
-  return out.empty() ? "no round in progress at this shard" : "rounds in progress: " + out;
+  if (!out.empty()) return "rounds in progress: " + out;
+  const Progress p = coord_->progress();
+  if (p.iteration < 0) return "no round started at this shard";
+  return "no round in progress at this shard (its last: layer " + std::to_string(p.layer) +
+         ", iteration " + std::to_string(p.iteration) + ")";
 }
 
 void KVServer::on_closed(Peer& peer, const std::string& reason, bool clean) {
@@ -350,6 +395,7 @@ void KVServer::run() {
     ran_ = true;
   }
   acceptor_->start();
+  local_acceptor_->start();
   try {
     // The coordinator gives up on the rendezvous after timeout_ms and says
     // who never came; wait a little longer so we hear that reason.
@@ -383,6 +429,7 @@ void KVServer::run() {
 void KVServer::teardown(bool aborted) {
   torn_down_ = true;
   acceptor_->stop();
+  local_acceptor_->stop();
   std::vector<std::shared_ptr<Peer>> peers;
   {
     std::lock_guard<std::mutex> lock(mu_);

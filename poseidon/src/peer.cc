@@ -66,6 +66,16 @@ void Peer::read_payload(void* dst, size_t bytes) {
   unread_ -= bytes;
 }
 
+void Peer::read_payload_pieces(size_t bytes, uint8_t* bounce, size_t bounce_bytes,
+                               const Connection::PieceSink& sink) {
+  if (bytes > unread_) {
+    throw ProtocolError("read of " + std::to_string(bytes) + " bytes past the end of a " +
+                        std::to_string(unread_) + "-byte payload from " + remote_.str());
+  }
+  conn_->read_pieces(bytes, Deadline::after_ms(options_.io_timeout_ms), bounce, bounce_bytes, sink);
+  unread_ -= bytes;
+}
+
 std::vector<uint8_t> Peer::read_body() {
   std::vector<uint8_t> body(unread_);
   read_payload(body.data(), body.size());

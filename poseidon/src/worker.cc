@@ -1,5 +1,7 @@
 #include "poseidon/worker.h"
 
+#include <algorithm>
+
 #include "poseidon/log.h"
 
 namespace poseidon {
@@ -115,8 +117,32 @@ void Worker::connect() {
       peer->start([this](Peer& p, const FrameHeader& h) { on_frame(p, h); },
                   [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
     };
+    if (!config_.local_server.empty()) {
+      // The shard in our own process: same handshake, in-process transport.
+      auto local = make_inproc_transport();
+      std::unique_ptr<Connection> conn = local->connect(config_.local_server, deadline);
+      NodeId id = client_handshake(*conn, self_, config_.token, deadline);
+      if (id.role != Role::kServer || id.rank < 0 || id.rank >= config_.num_servers) {
+        throw ProtocolError("local_server " + config_.local_server + " is " + id.str() +
+                            ", not a server shard of this cluster");
+      }
+      id.address = book_.servers[static_cast<size_t>(id.rank)];
+      std::shared_ptr<Peer> peer = make_peer(std::move(conn), id);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        plane_.servers[static_cast<size_t>(id.rank)] = peer;
+        all_peers_.push_back(peer);
+      }
+      peer->start([this](Peer& p, const FrameHeader& h) { on_frame(p, h); },
+                  [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
+    }
     for (int s = 0; s < config_.num_servers; ++s) {
-      dial(book_.servers[static_cast<size_t>(s)], Role::kServer, s);
+      bool have = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        have = static_cast<bool>(plane_.servers[static_cast<size_t>(s)]);
+      }
+      if (!have) dial(book_.servers[static_cast<size_t>(s)], Role::kServer, s);
     }
     for (int w = 0; w < config_.rank; ++w)
       dial(book_.workers[static_cast<size_t>(w)], Role::kWorker, w);
@@ -254,7 +280,11 @@ std::string Worker::pending() const {
       if (!s.empty()) out += (out.empty() ? "" : "; ") + s;
     }
   }
-  return out.empty() ? "" : "; " + self_.str() + " was waiting for: " + out;
+  if (!out.empty()) return "; " + self_.str() + " was waiting for: " + out;
+  const Progress p = coord_->progress();
+  if (p.iteration < 0) return "; " + self_.str() + " had not exchanged anything yet";
+  return "; " + self_.str() + " had no exchange pending (its last: layer " +
+         std::to_string(p.layer) + ", iteration " + std::to_string(p.iteration) + ")";
 }
 
 void Worker::on_closed(Peer& peer, const std::string& reason, bool clean) {
@@ -281,10 +311,15 @@ void Worker::on_abort(const Failure& f) {
   log_line(self_.str(), "job aborted: " + f.reason);
   // Tell the peers first-hand (faster than the coordinator's broadcast, and
   // they learn the real reason instead of just seeing our EOF).
+  // A frame still being written to a peer holds its connection; let it finish
+  // (within kTeardownSendMs for all peers together) so the ABORT follows it
+  // whole instead of cutting it, which the peer would report as our death.
+  const Deadline deadline = Deadline::after_ms(kTeardownSendMs);
   for (const auto& p : peers) {
-    p->try_send_message(FrameType::kAbort, encode_failure(f), 200);
-    p->shutdown();
+    p->try_send_message(FrameType::kAbort, encode_failure(f),
+                        std::max(1, deadline.poll_timeout_ms()));
   }
+  for (const auto& p : peers) p->shutdown();
 }
 
 void Worker::shutdown(int timeout_ms) {

@@ -36,17 +36,34 @@ std::string check_sum(const std::vector<float>& v, int p1, int64_t t, const std:
   return "";
 }
 
+// colocate: worker r reaches shard r through the in-process door
+// (Config::local_server), the others over `transport`.
+void run_one(const std::string& transport, int p1, int p2, bool colocate);
+
 void run_matrix(const std::string& transport) {
+  for (int p1 = 1; p1 <= 4; ++p1) {
+    for (int p2 = 1; p2 <= 3; ++p2) run_one(transport, p1, p2, false);
+  }
+}
+
+void run_one(const std::string& transport, int p1, int p2, bool colocate) {
   const std::vector<size_t> sizes = {0, 1, kChunkFloats - 1, kChunkFloats + 1,
                                      10 * kChunkFloats + 3};
-  for (int p1 = 1; p1 <= 4; ++p1) {
-    for (int p2 = 1; p2 <= 3; ++p2) {
+  {
+    {
       ptest::ClusterOptions o;
       o.workers = p1;
       o.servers = p2;
       o.transport = transport;
       o.chunk_bytes = kChunkBytes;
+      ptest::LocalCluster* self = nullptr;
+      if (colocate) {
+        o.worker_config = [&self](Config& c, int rank) {
+          if (rank < c.num_servers) c.local_server = self->server(rank).local_address();
+        };
+      }
       ptest::LocalCluster cluster(o);
+      self = &cluster;
       std::mutex mu;
       std::vector<std::string> mismatches;
       const auto errors = cluster.run_workers([&](Worker& w, int rank) {
@@ -113,6 +130,13 @@ void run_matrix(const std::string& transport) {
 
 TEST(ps_sums_inproc) { run_matrix("inproc"); }
 TEST(ps_sums_tcp) { run_matrix("tcp"); }
+
+// The paper's colocated layout: each worker hosts a shard in its process and
+// reaches it in-process, the other shards over TCP.
+TEST(ps_sums_colocated_shards) {
+  for (int p = 1; p <= 3; ++p) run_one("tcp", p, p, true);
+  run_one("tcp", 3, 2, true);  // fewer shards than workers: worker 2 hosts none
+}
 
 // A small layer queued after a big one overtakes it: with one comm thread and
 // the big layer's chunks already queued, the small layer's push completes

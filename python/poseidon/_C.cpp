@@ -172,6 +172,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("token", &Config::token)
       .def_readwrite("listen", &Config::listen)
       .def_readwrite("transport", &Config::transport)
+      .def_readwrite("local_server", &Config::local_server)
       .def_readwrite("chunk_bytes", &Config::chunk_bytes)
       .def_readwrite("max_frame_bytes", &Config::max_frame_bytes)
       .def_readwrite("timeout_ms", &Config::timeout_ms)
@@ -267,6 +268,7 @@ PYBIND11_MODULE(_C, m) {
   py::class_<KVServer>(m, "KVServer")
       .def(py::init<const Config&>(), py::arg("config"), Release())
       .def_property_readonly("address", &KVServer::address)
+      .def_property_readonly("local_address", &KVServer::local_address)
       .def("run", &KVServer::run, Release())
       .def("abort", &KVServer::abort, py::arg("reason"), Release())
       .def("stats", &KVServer::stats);

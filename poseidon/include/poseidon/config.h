@@ -46,6 +46,11 @@ struct Config {
   // listens on `coordinator`.
   std::string listen = "127.0.0.1:0";
   std::string transport = "tcp";  // "tcp" or "inproc"
+  // Workers only: the in-process address (KVServer::local_address()) of a
+  // shard that runs inside this worker's process — the paper's colocated
+  // worker + shard. The worker reaches it through the in-process transport
+  // (one memcpy per byte, no sockets) instead of TCP. Empty: none.
+  std::string local_server;
   // PS tensors are cut into chunks of this many bytes (multiple of 4). The
   // coordinator's value is authoritative: it travels in the plan.
   size_t chunk_bytes = kDefaultChunkBytes;

@@ -96,6 +96,8 @@ class Coordinator {
   std::vector<int> barrier_counts_;
   int workers_shut_down_ = 0;
   std::optional<Failure> failure_;
+  std::optional<Failure> pending_death_;  // seen here, waiting for a richer report
+  int64_t pending_death_deadline_ms_ = 0;
   bool ran_ = false;
 };
 

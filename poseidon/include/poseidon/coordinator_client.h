@@ -56,6 +56,10 @@ class CoordinatorClient {
   bool shutdown_received() const { return shutdown_received_.load(); }
   // What heartbeats report (lock-free, thread-safe).
   void set_progress(int64_t iteration, int64_t layer);
+  Progress progress() const {
+    return Progress{progress_iteration_.load(std::memory_order_relaxed),
+                    progress_layer_.load(std::memory_order_relaxed)};
+  }
   // Stops heartbeats and closes the connection (gracefully when the job
   // ended normally). Idempotent.
   void close();

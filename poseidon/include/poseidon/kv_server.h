@@ -14,8 +14,10 @@
 // any payload byte is read or any round state touched.
 //
 // Note [no extra copies]: the first push of a round is read straight into
-// the sum buffer, later ones into a per-connection scratch chunk and added
-// in place; the replies are written from the sum buffer itself.
+// the sum buffer; later ones are added into it piece by piece as they are
+// read (through a small per-connection bounce buffer that stays in cache, or
+// straight from the writer's memory in-process); the replies are written
+// from the sum buffer itself.
 
 #include <atomic>
 #include <condition_variable>
@@ -54,6 +56,9 @@ class KVServer {
 
   // Where workers dial this shard (port resolved).
   std::string address() const { return address_; }
+  // Where a worker in this same process dials this shard (in-process
+  // transport): pass it as that worker's Config::local_server.
+  std::string local_address() const { return local_address_; }
   // Registers with the coordinator, waits for the plan, serves rounds.
   // Blocks until the coordinator's SHUTDOWN (returns) or an abort (throws
   // PeerFailure with the reason and the rounds left unfinished here). Once.
@@ -71,8 +76,7 @@ class KVServer {
 
   std::string admit(const NodeId& id);
   void on_peer(std::unique_ptr<Connection> conn, const NodeId& id);
-  void on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
-               std::vector<float>& scratch);
+  void on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h, std::vector<float>& bounce);
   void on_closed(Peer& peer, const std::string& reason, bool clean);
   void reject(const std::string& why);
   void build_slots(const Plan& plan);
@@ -90,6 +94,9 @@ class KVServer {
   std::unique_ptr<SendQueue> queue_;
   std::unique_ptr<CoordinatorClient> coord_;
   std::unique_ptr<Acceptor> acceptor_;
+  std::unique_ptr<Transport> local_transport_;
+  std::string local_address_;
+  std::unique_ptr<Acceptor> local_acceptor_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -64,6 +64,10 @@ class Peer {
   // into `dst` (the caller's buffer). Throws ProtocolError if more than the
   // payload is requested, TransportError on I/O failure or timeout.
   void read_payload(void* dst, size_t bytes);
+  // Reader thread only: reads `bytes` of the current payload in pieces (see
+  // Connection::read_pieces).
+  void read_payload_pieces(size_t bytes, uint8_t* bounce, size_t bounce_bytes,
+                           const Connection::PieceSink& sink);
   // Reads the whole remaining payload into a vector (control messages).
   std::vector<uint8_t> read_body();
 

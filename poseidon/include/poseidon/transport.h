@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,24 @@ class Connection {
   // Throws TransportError: kClosed on EOF (the message says after how many
   // of the expected bytes), kReset, kTimeout.
   virtual void read_exact(void* dst, size_t bytes, Deadline deadline) = 0;
+  // Reads `bytes` and hands them to `sink` in order, in pieces, for callers
+  // that consume data as it comes (the shards add pushes into a sum). TCP
+  // reads each piece into `bounce` (the caller's, `bounce_bytes` long, small
+  // enough to stay in cache); the in-process transport hands over the
+  // writer's own bytes, copying nothing. Pieces are whole floats when
+  // `bytes` and `bounce_bytes` are multiples of 4 and writers write whole
+  // floats. `sink` must not block on this connection. Same errors as
+  // read_exact.
+  using PieceSink = std::function<void(const uint8_t* data, size_t size)>;
+  virtual void read_pieces(size_t bytes, Deadline deadline, uint8_t* bounce, size_t bounce_bytes,
+                           const PieceSink& sink) {
+    while (bytes > 0) {
+      const size_t n = bytes < bounce_bytes ? bytes : bounce_bytes;
+      read_exact(bounce, n, deadline);
+      sink(bounce, n);
+      bytes -= n;
+    }
+  }
   // Half-close: the peer reads EOF after the bytes already written. Reads
   // continue to work. Thread-safe, idempotent.
   virtual void close_write() = 0;
