@@ -23,12 +23,14 @@ from typing import Any
 
 ROLES = ("worker", "server", "coordinator")
 SCHEMES = ("auto", "ps", "sfb")
+SYNC_MODES = ("ps-nooverlap", "wfbp", "poseidon")
 TRANSPORTS = ("tcp", "inproc")
 DEFAULT_COORDINATOR_PORT = 29600
 
 # Rank and world size from launchers, in the order they are tried.
 LAUNCHER_RANK = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 LAUNCHER_SIZE = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+LAUNCHER_LOCAL_RANK = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
 
 
 class SettingError(ValueError):
@@ -143,6 +145,28 @@ SETTINGS: tuple[Setting, ...] = (
         "coordinator: auto (BestScheme per layer), ps or sfb for every layer",
     ),
     Setting("verbose", "POSEIDON_VERBOSE", "", "0", "1: log connections and the plan on stderr"),
+    Setting(
+        "sync",
+        "POSEIDON_SYNC",
+        "",
+        "poseidon",
+        "worker: ps-nooverlap (sync after backward), wfbp (per layer over the PS), "
+        "poseidon (WFBP + HybComm)",
+    ),
+    Setting(
+        "timeline",
+        "POSEIDON_TIMELINE",
+        "path",
+        "(none)",
+        "worker: write a Chrome trace here; {rank} is replaced by the worker's rank",
+    ),
+    Setting(
+        "local_rank",
+        "POSEIDON_LOCAL_RANK",
+        "",
+        "0",
+        "worker: index among the workers of its host (picks the GPU); falls back to LOCAL_RANK",
+    ),
 )
 
 _UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -210,6 +234,9 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "socket_buffer_bytes": parse_bytes,
     "scheme": _choice(SCHEMES),
     "verbose": parse_bool,
+    "sync": _choice(SYNC_MODES),
+    "timeline": lambda text, name: text.strip(),
+    "local_rank": parse_int,
     "local_server": lambda text, name: text.strip(),
 }
 
@@ -249,6 +276,9 @@ class Config:
     socket_buffer_bytes: int = 0
     scheme: str = "auto"
     verbose: bool = False
+    sync: str = "poseidon"
+    timeline: str = ""
+    local_rank: int = 0
     # Not an environment setting: the in-process address of a shard this
     # worker's own process runs (poseidon._C.KVServer.local_address).
     local_server: str = ""
@@ -288,6 +318,7 @@ class Config:
             for field, names, own in (
                 ("rank", LAUNCHER_RANK, "POSEIDON_RANK"),
                 ("num_workers", LAUNCHER_SIZE, "POSEIDON_NUM_WORKERS"),
+                ("local_rank", LAUNCHER_LOCAL_RANK, "POSEIDON_LOCAL_RANK"),
             ):
                 if field in values or own in env:
                     continue

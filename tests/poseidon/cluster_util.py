@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from poseidon.config import Config
-
 from poseidon import _C
+from poseidon.config import Config
 
 TOKEN = "pytest-token"
 HERE = Path(__file__).resolve().parent

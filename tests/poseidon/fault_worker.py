@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from poseidon.config import Config
 
 from poseidon import _C, CommError
+from poseidon.config import Config
 
 
 def main() -> int:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from poseidon.cli import COMMANDS, build_parser, main
 from poseidon.plan import LayerShape, format_plan, plan_rows
 
