@@ -86,8 +86,9 @@ def write_solver(
     name: str = "solver",
     snapshots: str = NO_SNAPSHOTS,
 ) -> str:
-    source = write_dataset(directory) if not os.path.exists(
-        os.path.join(directory, "train_lmdb")) else os.path.join(directory, "train_lmdb")  # fmt: skip
+    source = os.path.join(directory, "train_lmdb")
+    if not os.path.exists(source):
+        write_dataset(directory)
     net = os.path.join(directory, f"{name}_net.prototxt")
     with open(net, "w") as f:
         f.write(NET.format(source=source, batch=batch, classes=CLASSES))
@@ -112,8 +113,22 @@ def run_job(
     solver = write_solver(directory, BATCH, iters, extra, name=f"solver_{workers}")
     out_dir = os.path.join(directory, f"out_{sync}_{scheme}_{workers}_{servers}")
     os.makedirs(out_dir, exist_ok=True)
-    command = [sys.executable, "-m", "poseidon.cli", "launch", "-n", str(workers),
-               "-s", str(servers), "--sync", sync, "--scheme", scheme, "--timeout-ms", "20000"]
+    command = [
+        sys.executable,
+        "-m",
+        "poseidon.cli",
+        "launch",
+        "-n",
+        str(workers),
+        "-s",
+        str(servers),
+        "--sync",
+        sync,
+        "--scheme",
+        scheme,
+        "--timeout-ms",
+        "20000",
+    ]
     if timeline:
         command += ["--timeline", timeline]
     command += ["--", sys.executable, WORKER, solver, str(iters), out_dir]  # fmt: skip

@@ -41,7 +41,9 @@ def wait_for(lines: queue.Queue, pattern: str, seen: list[str], timeout: float =
         match = re.search(pattern, line)
         if match:
             return match
-    raise AssertionError(f"no line matching {pattern!r} within {timeout}s:\n{''.join(seen)[-3000:]}")
+    raise AssertionError(
+        f"no line matching {pattern!r} within {timeout}s:\n{''.join(seen)[-3000:]}"
+    )
 
 
 def alive(pid: int) -> bool:
