@@ -14,7 +14,7 @@ For P1 = P2 = P in {1, 2, 4} and tensors of 1, 4, 64 and 256 MB, in one run:
 Every round is checked (every element equals P(P+1)/2). Prints a table of
 median times and ratios. Never part of the test suite.
 
-    .venv/bin/python bench/kv_throughput.py [--sizes-mb 1,4,64,256] [--ps 1,2,4]
+    .venv/bin/python bench/kv_throughput.py [--sizes-mb 1,4,64,256] [--ps 1,2,4] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -244,12 +244,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes-mb", default="1,4,64,256")
     ap.add_argument("--ps", default="1,2,4")
+    ap.add_argument("--rounds", type=int, default=3, help="turns each contender takes")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes_mb.split(",")]
     ps = [int(x) for x in args.ps.split(",")]
 
-    one_way = iperf3(bidir=False)
-    both_ways = iperf3(bidir=True)
+    one_way = statistics.median(iperf3(bidir=False) for _ in range(args.rounds))
+    both_ways = statistics.median(iperf3(bidir=True) for _ in range(args.rounds))
     print(
         f"machine: {os.cpu_count()} cores; iperf3 127.0.0.1: one stream {one_way / 1e9:.2f} GB/s"
         f" one way, {both_ways / 1e9:.2f} GB/s both ways at once (--bidir, summed)"
@@ -266,9 +267,21 @@ def main() -> int:
     print("-" * len(header))
     misses = []
     for p in ps:
-        col = run_push_pull(p, sizes, colocated=True)
-        tcp = run_push_pull(p, sizes, colocated=False)
-        gl = run_gloo(p, sizes)
+        # The three contenders take turns, `rounds` times, so that a change of
+        # load on the (shared, noisy) machine hits all three alike; each cell
+        # is the median of its rounds.
+        runs: dict[str, list[dict[int, float]]] = {"col": [], "tcp": [], "gloo": []}
+        for r in range(args.rounds):
+            order = ["col", "tcp", "gloo"][r % 3 :] + ["col", "tcp", "gloo"][: r % 3]
+            for name in order:
+                if name == "gloo":
+                    runs[name].append(run_gloo(p, sizes))
+                else:
+                    runs[name].append(run_push_pull(p, sizes, colocated=name == "col"))
+        col, tcp, gl = (
+            {mb: statistics.median(x[mb] for x in runs[name]) for mb in sizes}
+            for name in ("col", "tcp", "gloo")
+        )
         for mb in sizes:
             s = mb * MB
             wire = 2 * s / tcp[mb]

@@ -47,7 +47,7 @@ void plan_case(const uint8_t* data, size_t size) {
     for (uint32_t c = 0; c < n; ++c) {
       const int shard = plan.shard_of(l, c);
       if (shard < 0 || shard >= plan.num_servers) contract_broken("shard out of range");
-      if (plan.chunk_length(l.spec.num_floats, c) > plan.chunk_floats()) {
+      if (l.chunk_length(c) > plan.chunk_floats()) {
         contract_broken("chunk longer than chunk_bytes");
       }
     }

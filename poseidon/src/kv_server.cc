@@ -168,7 +168,7 @@ void KVServer::build_slots(const Plan& plan) {
         auto slot = std::make_unique<ChunkSlot>();
         slot->layer = &lp;
         slot->chunk = c;
-        slot->floats = plan_.chunk_length(lp.spec.num_floats, c);
+        slot->floats = lp.chunk_length(c);
         slot->sum.assign(slot->floats, 0.0f);  // allocated once, reused every round
         slot->pushed.assign(static_cast<size_t>(plan_.num_workers), 0);
         slot->reply_to.resize(static_cast<size_t>(plan_.num_workers));

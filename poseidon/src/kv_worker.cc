@@ -69,14 +69,14 @@ Handle KVWorker::push_pull(uint32_t layer_id, int64_t iteration) {
   }
   plane_.coord->set_progress(iteration, layer_id);
   for (uint32_t c = 0; c < lp.num_chunks; ++c) {
-    const size_t len = plan.chunk_length(lp.spec.num_floats, c);
+    const size_t len = lp.chunk_length(c);
     SendJob job;
     job.peer = plane_.servers[static_cast<size_t>(plan.shard_of(lp, c))];
     job.header.type = FrameType::kPush;
     job.header.layer = layer_id;
     job.header.chunk = c;
     job.header.iteration = iteration;
-    job.payload = layer->data + plan.chunk_offset(c);
+    job.payload = layer->data + lp.chunk_offset(c);
     job.bytes = len * 4;
     LayerCounters* counters = layer->counters;
     std::shared_ptr<AbortSignal> abort = plane_.abort;
@@ -123,7 +123,7 @@ void KVWorker::on_reply(Peer& from, const FrameHeader& h) {
     throw ProtocolError(reply + ": that chunk belongs to server " +
                         std::to_string(plan.shard_of(lp, h.chunk)));
   }
-  const size_t len = plan.chunk_length(lp.spec.num_floats, h.chunk);
+  const size_t len = lp.chunk_length(h.chunk);
   if (h.payload_bytes != uint64_t{len} * 4) {
     throw ProtocolError(reply + ": size mismatch: " + std::to_string(h.payload_bytes) +
                         " bytes, the chunk is " + std::to_string(len * 4));
@@ -131,7 +131,7 @@ void KVWorker::on_reply(Peer& from, const FrameHeader& h) {
   if (op->is_piece_done(h.chunk)) throw ProtocolError(reply + ": duplicate");
   // Straight into the caller's range: our push of this chunk has been
   // written in full (the shard answers only after reading every push).
-  from.read_payload(layer->data + plan.chunk_offset(h.chunk), len * 4);
+  from.read_payload(layer->data + lp.chunk_offset(h.chunk), len * 4);
   layer->counters->bytes_received += len * 4;
   op->piece_done(h.chunk);
 }

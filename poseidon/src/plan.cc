@@ -35,6 +35,12 @@ size_t Plan::chunk_length(uint64_t num_floats, uint32_t chunk) const {
   return static_cast<size_t>(std::min<uint64_t>(chunk_floats(), num_floats - begin));
 }
 
+size_t LayerPlan::chunk_length(uint32_t chunk) const {
+  const uint64_t begin = uint64_t{chunk} * chunk_floats;
+  if (begin >= spec.num_floats) return 0;
+  return static_cast<size_t>(std::min<uint64_t>(chunk_floats, spec.num_floats - begin));
+}
+
 uint32_t count_chunks(uint64_t num_floats, size_t chunk_floats) {
   if (chunk_floats == 0) throw ConfigError("chunk size of 0 floats");
   const uint64_t n = std::max<uint64_t>(1, (num_floats + chunk_floats - 1) / chunk_floats);
@@ -77,8 +83,16 @@ Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme
     lp.scheme = schemes[i];
     lp.cost = comm_cost(s.m, s.n, s.k, num_workers, num_servers);
     if (lp.scheme == Scheme::kPS) {
+      // Note [chunk layout]: at most chunk_bytes each, and enough equal
+      // chunks to reach every shard when the tensor is big enough.
+      const uint64_t n = s.num_floats;
+      uint64_t chunks = count_chunks(n, plan.chunk_floats());
+      const uint64_t spread =
+          std::min<uint64_t>(static_cast<uint64_t>(num_servers), n / (kMinSpreadChunkBytes / 4));
+      chunks = std::max(chunks, spread);
+      lp.chunk_floats = std::max<uint64_t>(1, (n + chunks - 1) / chunks);
+      lp.num_chunks = count_chunks(n, static_cast<size_t>(lp.chunk_floats));
       lp.first_chunk = next_chunk;
-      lp.num_chunks = count_chunks(s.num_floats, plan.chunk_floats());
       next_chunk += lp.num_chunks;
     }
     plan.layers.push_back(lp);

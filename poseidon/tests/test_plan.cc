@@ -28,16 +28,41 @@ TEST(chunk_counts) {
   CHECK_EQ(count_chunks(1024, 1024), 1u);
   CHECK_EQ(count_chunks(1025, 1024), 2u);
   Plan p = make_plan({spec(0, 2049)}, 1, 1, 4096, SchemeChoice::kAuto);
-  CHECK_EQ(p.chunk_length(2049, 0), size_t{1024});
+  const LayerPlan& l = p.layers[0];
+  // Chunks are as equal as possible: 2049 floats in 3 chunks of 683, not 1024+1024+1.
+  CHECK_EQ(l.num_chunks, 3u);
+  CHECK_EQ(l.chunk_length(0), size_t{683});
+  CHECK_EQ(l.chunk_length(2), size_t{683});
+  CHECK_EQ(l.chunk_offset(2), size_t{1366});
+  CHECK_EQ(l.chunk_length(3), size_t{0});
+  // SFB factors are cut at the plan's chunk size.
   CHECK_EQ(p.chunk_length(2049, 2), size_t{1});
   CHECK_EQ(p.chunk_offset(2), size_t{2048});
+}
+
+TEST(small_tensors_still_spread_over_every_shard) {
+  // 4 MiB with 4 MiB chunks and 4 shards: 4 chunks of 1 MiB, one per shard.
+  const size_t mib = 1 << 20;
+  Plan p = make_plan({spec(0, mib)}, 4, 4, 4 * mib, SchemeChoice::kAuto);
+  CHECK_EQ(p.layers[0].num_chunks, 4u);
+  CHECK_EQ(p.layers[0].chunk_floats, uint64_t{mib / 4});
+  // Not below kMinSpreadChunkBytes: 100 KiB makes 1 chunk (64 KiB minimum).
+  p = make_plan({spec(0, 25 * 1024)}, 4, 4, 4 * mib, SchemeChoice::kAuto);
+  CHECK_EQ(p.layers[0].num_chunks, 1u);
+  // 256 KiB on 3 shards: 3 chunks of 21846 floats (the last shorter).
+  p = make_plan({spec(0, 64 * 1024)}, 1, 3, 4 * mib, SchemeChoice::kAuto);
+  CHECK_EQ(p.layers[0].num_chunks, 3u);
+  CHECK_EQ(p.layers[0].chunk_length(2), size_t{64 * 1024 - 2 * 21846});
+  // Big tensors keep the configured chunk size.
+  p = make_plan({spec(0, 10 * mib)}, 2, 2, 4 * mib, SchemeChoice::kAuto);
+  CHECK_EQ(p.layers[0].num_chunks, 10u);
 }
 
 TEST(chunks_spread_evenly_over_shards) {
   // Many one-chunk layers must not all land on shard 0.
   std::vector<LayerSpec> specs;
   for (uint32_t i = 0; i < 12; ++i) specs.push_back(spec(i, 10));
-  specs.push_back(spec(99, 1024 * 9));  // 9 chunks
+  specs.push_back(spec(99, 1024 * 9));  // 9 chunks of 1024 floats (36 KiB: no extra spread)
   const Plan p = make_plan(specs, 2, 3, 4096, SchemeChoice::kAuto);
   std::map<int, int> per_shard;
   for (const LayerPlan& l : p.layers) {

@@ -120,7 +120,9 @@ void run_one(const std::string& transport, int p1, int p2, bool colocate) {
       uint64_t rounds = 0;
       for (int s = 0; s < p2; ++s) rounds += cluster.server(s).stats().rounds_completed;
       uint64_t chunks = 0;
-      for (size_t n : sizes) chunks += count_chunks(n, kChunkFloats);
+      const std::optional<Plan> plan = cluster.coordinator().plan();
+      REQUIRE(plan.has_value());
+      for (const LayerPlan& l : plan->layers) chunks += l.num_chunks;
       CHECK_EQ(rounds, chunks * kIterations);
     }
   }

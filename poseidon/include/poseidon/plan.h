@@ -30,13 +30,28 @@ struct LayerSpec {
   std::string debug_string() const;  // "fc6 (layer 5, FC 4096x25088, K=32, 102764544 floats)"
 };
 
+// Smallest chunk a tensor is cut into so that it spreads over more shards:
+// below this, another frame costs more than the parallelism gains.
+inline constexpr size_t kMinSpreadChunkBytes = size_t{64} << 10;
+
 struct LayerPlan {
   LayerSpec spec;
   Scheme scheme = Scheme::kPS;
-  CommCost cost;             // per iteration, see cost_model.h
-  uint64_t first_chunk = 0;  // PS: global index of chunk 0 (chunks go round-robin)
-  uint32_t num_chunks = 0;   // PS: max(1, ceil(num_floats / chunk_floats)); SFB: 0
+  CommCost cost;              // per iteration, see cost_model.h
+  uint64_t first_chunk = 0;   // PS: global index of chunk 0 (chunks go round-robin)
+  uint32_t num_chunks = 0;    // PS: see Note [chunk layout]; SFB: 0
+  uint64_t chunk_floats = 0;  // PS: floats per chunk (the last may be shorter)
+
+  size_t chunk_offset(uint32_t chunk) const { return static_cast<size_t>(chunk * chunk_floats); }
+  size_t chunk_length(uint32_t chunk) const;  // 0 past the end
 };
+
+// Note [chunk layout]: a PS tensor of n floats is cut into chunks of equal
+// size (the last may be shorter) of at most chunk_bytes, and into at least
+// min(P2, n·4 / kMinSpreadChunkBytes) of them, so that a tensor smaller than
+// P2 chunks still spreads over the shards (a 4 MB layer on 4 shards is 4
+// chunks of 1 MB, not 1 chunk on one shard). An empty tensor is one empty
+// chunk: it still makes a round.
 
 struct Plan {
   int num_workers = 0;
@@ -44,12 +59,14 @@ struct Plan {
   size_t chunk_bytes = 0;
   std::vector<LayerPlan> layers;  // declaration order
 
+  // The chunk size of SFB factors, and the upper bound of PS chunks.
   size_t chunk_floats() const { return chunk_bytes / 4; }
   // nullptr when the layer is not in the plan. Thread-safe (const).
   const LayerPlan* find(uint32_t layer_id) const;
   // Shard that owns chunk `chunk` of a PS layer: (first_chunk + chunk) % P2.
   int shard_of(const LayerPlan& layer, uint32_t chunk) const;
-  // First float and length of chunk `chunk` of a tensor of `num_floats`.
+  // First float and length of chunk `chunk` of an SFB factor of `num_floats`
+  // (cut at chunk_floats(); PS layers use LayerPlan's own chunking).
   size_t chunk_offset(uint32_t chunk) const { return size_t{chunk} * chunk_floats(); }
   size_t chunk_length(uint64_t num_floats, uint32_t chunk) const;
 };
