@@ -48,6 +48,12 @@ class BatchLoader:
         """The next batch: one CPU tensor per top."""
         raise NotImplementedError
 
+    def skip_batches(self, count: int) -> None:
+        """Pass over `count` batches (resuming a run). Default: load and drop them;
+        loaders that can move without decoding override it."""
+        for _ in range(count):
+            self.load_batch()
+
     def close(self) -> None:
         """Release files and cursors; called on the prefetch thread when it ends."""
 
@@ -67,9 +73,14 @@ def _put(batches: queue.Queue, item: object, stop: threading.Event) -> None:
 
 
 def _prefetch_loop(
-    loader: BatchLoader, batches: queue.Queue, stop: threading.Event, pin_memory: bool
+    loader: BatchLoader,
+    batches: queue.Queue,
+    stop: threading.Event,
+    pin_memory: bool,
+    skip_batches: int,
 ) -> None:
     try:
+        loader.skip_batches(skip_batches)
         while not stop.is_set():
             batch = loader.load_batch()
             if pin_memory:
@@ -90,14 +101,16 @@ def _shutdown(stop: threading.Event, thread: threading.Thread) -> None:
 class Prefetcher:
     """Runs `loader.load_batch` on a daemon thread, keeping up to `depth` batches ready."""
 
-    def __init__(self, loader: BatchLoader, depth: int, pin_memory: bool, name: str) -> None:
+    def __init__(
+        self, loader: BatchLoader, depth: int, pin_memory: bool, name: str, skip_batches: int = 0
+    ) -> None:
         self.where = loader.where
         self._batches: queue.Queue = queue.Queue(maxsize=max(1, int(depth)))
         self._stop = threading.Event()
         self._failure: BaseException | None = None
         self.thread = threading.Thread(
             target=_prefetch_loop,
-            args=(loader, self._batches, self._stop, pin_memory),
+            args=(loader, self._batches, self._stop, pin_memory, skip_batches),
             name=name,
             daemon=True,
         )
@@ -145,11 +158,25 @@ class PrefetchingDataLayer(Layer):
         raise NotImplementedError(f"{type(self).__name__}.make_loader")
 
     def setup(self, bottom: Sequence[Blob], top: Sequence[Blob]) -> None:
+        self._start(top, skip_batches=0)
+
+    def _start(self, top: Sequence[Blob], skip_batches: int) -> None:
+        self._tops = list(top)
         loader = self.make_loader(top)
         depth = self.layer_param.data_param.prefetch  # 4 unless set (also for ImageData)
         self.prefetcher = Prefetcher(
-            loader, depth, pin_memory=self.device.type == "cuda", name=f"prefetch:{self.name}"
+            loader,
+            depth,
+            pin_memory=self.device.type == "cuda",
+            name=f"prefetch:{self.name}",
+            skip_batches=skip_batches,
         )
+
+    def fast_forward(self, batches: int) -> None:
+        """Restart reading as if `batches` batches had been consumed since setup, so that a
+        run resumed from a snapshot reads the batches the uninterrupted run would have."""
+        self.close()
+        self._start(self._tops, skip_batches=batches)
 
     def reshape(self, bottom: Sequence[Blob], top: Sequence[Blob]) -> None:
         """Tops take each batch's shape in forward."""

@@ -129,6 +129,13 @@ class SolverSnapshotMixin:
             target.copy_(torch.from_numpy(values))
         self.iter = iteration
         self.current_step = current_step
+        # The train net's data layers continue where the interrupted run was: iter *
+        # iter_size batches into their (sharded) sources, so the resumed run sees the
+        # batches the uninterrupted one would have. (Test nets do not change the weights.)
+        passes = iteration * max(1, self.param.iter_size)
+        for layer in self.net.layers:
+            if hasattr(layer, "fast_forward"):
+                layer.fast_forward(passes)
 
     def _check_history(self, state_file: str, history: list[BlobArray]) -> None:
         if len(history) != len(self.history):

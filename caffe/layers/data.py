@@ -89,6 +89,17 @@ class DatumLoader(BatchLoader):
         self.offset += 1
         return record
 
+    def skip_batches(self, count: int) -> None:
+        """Walk the cursor past count batches of this shard's records without decoding."""
+        if self._cursor is None:
+            self._cursor = self._open_cursor()
+        remaining = count * self.batch_size
+        while remaining:
+            if self.shard.keeps(self.offset):
+                remaining -= 1
+            self._step(self._cursor)
+            self.offset += 1
+
     def decode(self, key: bytes, value: bytes) -> tuple[np.ndarray, int]:
         where = f"{self.where}: record {key.decode(errors='replace')!r} of {self.reader.path}"
         try:
