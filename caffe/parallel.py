@@ -33,6 +33,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -43,7 +44,7 @@ import poseidon
 from caffe.common import set_multiprocess, set_solver_count, set_solver_rank
 from caffe.errors import CaffeError, DistributedError
 from caffe.sufficient_factors import FactorCollector, rebuild_gradients
-from caffe.sync_staging import GradientStaging
+from caffe.sync_staging import GradientStaging, to_host_async
 from poseidon import _C
 from poseidon.config import SettingError
 from poseidon.timeline import Timeline
@@ -114,9 +115,10 @@ class PoseidonSync:
         self.pass_index = 0
         self.pending_rate: float | None = None
         self.started = False
-        self.side_stream = (
-            torch.cuda.Stream(device=self.net.device) if self.net.device.type == "cuda" else None
-        )
+        on_cuda = self.net.device.type == "cuda"
+        self.side_stream = torch.cuda.Stream(device=self.net.device) if on_cuda else None
+        # One thread: it hands layers to the (asynchronous) comm core in submission order.
+        self.comm_thread = ThreadPoolExecutor(1, "poseidon-submit") if on_cuda else None
         self.syncers = self._make_syncers()
         self.by_index = {s.index: s for s in self.syncers}
         self._synced_params = {p for s in self.syncers for p in s.param_ids}
@@ -288,23 +290,41 @@ class PoseidonSync:
 
     # ----- one layer's round ---------------------------------------------------------------
     def _submit(self, s: LayerSyncer) -> None:
+        """Hand the layer's gradient (or factors) to the comm core for iteration `iter`.
+
+        On CPU the comm core is called right here (it is asynchronous). On CUDA the host
+        copy is queued on the side stream and a comm thread waits for that copy alone
+        before calling the comm core, so the training thread goes on queuing backward
+        kernels (see Note [GPU path] in sync_staging.py)."""
         iteration = self.solver.iter
         s.submitted_us = self._now()
-        if s.scheme == "PS":
-            s.staging.to_host()
-            s.staging.wait_host()  # CPU: no-op; CUDA: the side-stream copy of this layer only
-            s.handle = self.worker.push_pull(s.index, iteration)
-        else:
-            s.handle = self.worker.allgather(s.index, iteration, s.collector.pack())
         s.iteration = iteration
         s.pending = True
+        if s.scheme == "PS":
+            s.staging.to_host()
+            copied = s.staging.wait_host
+
+            def send():
+                return self.worker.push_pull(s.index, iteration)
+        else:
+            factors, event = to_host_async(s.collector.pack(), self.side_stream)
+            copied = event.synchronize if event is not None else None
+
+            def send():
+                return self.worker.allgather(s.index, iteration, factors)
+
+        if self.comm_thread is None:
+            s.handle = send()
+        else:
+            s.handle = self.comm_thread.submit(lambda: (copied and copied(), send())[1])
 
     def _receive(self, s: LayerSyncer) -> None:
         """Wait for the layer's round and leave the MEAN gradient in its diff range."""
         if s.handle is None:
             return
         waited = self._now()
-        s.handle.wait()
+        handle = s.handle.result() if isinstance(s.handle, Future) else s.handle
+        handle.wait()
         done = self._now()
         s.handle = None
         scale = 1.0 / self.num_workers
@@ -386,6 +406,8 @@ class PoseidonSync:
         else:
             self.flush()
             self.worker.shutdown()
+        if self.comm_thread is not None:
+            self.comm_thread.shutdown(wait=False)
         if self.timeline is not None:
             self.timeline.close()
 

@@ -33,14 +33,15 @@ class FactorCollector:
     def max_floats(self, rows_per_pass: int, passes: int) -> int:
         return rows_per_pass * passes * (self.num_output + self.num_inputs)
 
-    def pack(self) -> np.ndarray:
-        """This worker's factors as one flat host float32 array (clears the collector)."""
+    def pack(self) -> torch.Tensor:
+        """This worker's factors as one flat float32 tensor on their device (clears the
+        collector); the caller moves it to host memory."""
         if not self._parts:
-            return np.zeros(0, np.float32)
+            return torch.zeros(0, dtype=torch.float32)
         dy = torch.cat([p[0] for p in self._parts]).reshape(-1)
         x = torch.cat([p[1] for p in self._parts]).reshape(-1)
         self._parts.clear()
-        return torch.cat([dy, x]).to("cpu", torch.float32).contiguous().numpy()
+        return torch.cat([dy, x])
 
 
 def rebuild_gradients(

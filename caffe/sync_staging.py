@@ -1,16 +1,41 @@
 """Where a layer's gradient range meets the communication core: host memory.
 
 On CPU the comm core reads and writes the layer's slice of the net's flat diff buffer
-directly (registered once; no copy). On CUDA each layer gets a pinned host buffer,
-allocated once; gradients move device→host and host→device on a side stream ordered
-by CUDA events, so the compute stream never waits for a copy it does not need and
-nothing calls a device-wide synchronize on the hot path.
+directly (registered once; no copy).
+
+Note [GPU path]. On CUDA each layer gets a pinned host buffer, allocated once. After a
+layer's backward, an event recorded on the compute stream orders a device→host copy on
+a side stream; a comm thread (not the training thread) waits for that copy's own event
+and then hands the host buffer to the comm core, so the training thread keeps queuing
+the next layers' backward kernels. The result goes back host→device on the side stream
+and the compute stream waits on that copy's event before the layer's next forward.
+Nothing calls a device-wide synchronize on the hot path.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+
+def to_host_async(
+    tensor: torch.Tensor, side_stream: torch.cuda.Stream | None
+) -> tuple[np.ndarray, torch.cuda.Event | None]:
+    """`tensor` as a host float32 array. CPU: the tensor's own memory, no event. CUDA: a
+    pinned copy made on the side stream after the compute stream's queued work; the returned
+    event marks its completion (call .synchronize() before reading the array)."""
+    if tensor.device.type != "cuda":
+        return tensor.contiguous().numpy(), None
+    host = torch.empty(tensor.shape, dtype=torch.float32).pin_memory()
+    ready = torch.cuda.Event()
+    ready.record()
+    done = torch.cuda.Event()
+    with torch.cuda.stream(side_stream):
+        side_stream.wait_event(ready)
+        host.copy_(tensor, non_blocking=True)
+        tensor.record_stream(side_stream)  # keep it alive until the copy has run
+        done.record(side_stream)
+    return host.numpy(), done
 
 
 class GradientStaging:
