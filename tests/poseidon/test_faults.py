@@ -158,3 +158,20 @@ def test_clean_run_exits_zero(tmp_path: Path) -> None:
         assert "iteration 4" in procs["worker 1"].stdout()
     finally:
         stop_all(procs)
+
+
+@pytest.mark.parametrize(("sig", "name"), [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
+def test_signals_abort_a_node_with_the_reason(tmp_path: Path, sig: int, name: str) -> None:
+    coordinator = spawn(
+        "coordinator",
+        poseidon_cmd("coordinator", "--address", "127.0.0.1:0", "--workers", "1"),
+        cluster_env(),
+        tmp_path,
+    )
+    try:
+        listening_address(coordinator)
+        coordinator.popen.send_signal(sig)
+        assert coordinator.popen.wait(10) == 1
+        assert name in coordinator.stderr(), coordinator.stderr()
+    finally:
+        stop_all({"coordinator": coordinator})
