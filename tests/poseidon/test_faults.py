@@ -172,6 +172,6 @@ def test_signals_abort_a_node_with_the_reason(tmp_path: Path, sig: int, name: st
         listening_address(coordinator)
         coordinator.popen.send_signal(sig)
         assert coordinator.popen.wait(10) == 1
-        assert name in coordinator.stderr(), coordinator.stderr()
+        assert f"coordinator received {name}" in coordinator.stderr(), coordinator.stderr()
     finally:
         stop_all({"coordinator": coordinator})

@@ -48,36 +48,37 @@ def fail(name: str, message: object, code: int = 2) -> int:
     return code
 
 
-def run_node(node: Node, name: str) -> int:
-    """Runs node.run() to completion; returns 0, or 1 (reason printed) on abort.
+def run_node(node: Node, name: str, announce: str) -> int:
+    """Prints `announce`, runs node.run() to completion; returns 0, or 1 on abort.
 
     run() blocks in C++ with the GIL released; it runs on a helper thread so
-    the main thread keeps receiving signals: SIGINT and SIGTERM abort the
-    node (and through the coordinator, the job) with a reason that says so.
+    the main thread keeps receiving signals. SIGINT and SIGTERM abort the
+    node (and through the coordinator, the job) with a reason that names the
+    signal. The handlers are in place before `announce` is printed, so a
+    signal sent as soon as the node says it listens is never lost.
     """
     outcome: dict[str, BaseException] = {}
 
-    def target() -> None:
-        try:
-            node.run()
-        except BaseException as e:  # reported below, on the main thread
-            outcome["error"] = e
+    def on_signal(signum: int, frame: object) -> None:
+        node.abort(f"{name} received {signal.Signals(signum).name}")
 
-    thread = threading.Thread(target=target, name=f"poseidon-{name}", daemon=True)
-    thread.start()
-
-    def on_term(signum: int, frame: object) -> None:
-        node.abort(f"{name} received signal {signal.Signals(signum).name}")
-
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while thread.is_alive():
+        print(announce, flush=True)
+
+        def target() -> None:
             try:
-                thread.join(0.2)
-            except KeyboardInterrupt:
-                node.abort(f"{name} interrupted (SIGINT)")
+                node.run()
+            except BaseException as e:  # reported below, on the main thread
+                outcome["error"] = e
+
+        thread = threading.Thread(target=target, name=f"poseidon-{name}", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     error = outcome.get("error")
     if error is not None:
         return fail(name, error, 1)

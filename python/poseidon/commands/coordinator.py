@@ -31,5 +31,4 @@ def run(args: argparse.Namespace) -> int:
         node = _C.Coordinator(cfg.to_native())
     except (SettingError, _C.CommError) as e:
         return fail("coordinator", e)
-    print(f"poseidon coordinator listening on {node.address}", flush=True)
-    return run_node(node, "coordinator")
+    return run_node(node, "coordinator", f"poseidon coordinator listening on {node.address}")

@@ -35,5 +35,6 @@ def run(args: argparse.Namespace) -> int:
         node = _C.KVServer(cfg.to_native())
     except (SettingError, _C.CommError) as e:
         return fail("server", e)
-    print(f"poseidon server {cfg.rank} listening on {node.address}", flush=True)
-    return run_node(node, f"server {cfg.rank}")
+    return run_node(
+        node, f"server {cfg.rank}", f"poseidon server {cfg.rank} listening on {node.address}"
+    )
