@@ -1,60 +1,17 @@
 #include "poseidon/kv_server.h"
 
-#include <cstring>
-#include <limits>
-
 #include "poseidon/log.h"
 
 namespace poseidon {
 namespace {
 
-constexpr int64_t kNoIteration = std::numeric_limits<int64_t>::min();
 constexpr int kTeardownSendMs = 500;
 constexpr int kTeardownWaitMs = 2000;
 // Non-first pushes are read and added in pieces of this many floats (256 KiB):
 // small enough for the piece to stay in cache between the read and the add.
 constexpr size_t kBounceFloats = size_t{64} << 10;
 
-// sum[i] += piece[i]. `piece` comes from a byte stream: copy through a
-// register when it is not float-aligned (it always is in practice).
-void add_floats(float* sum, const uint8_t* piece, size_t n) {
-  if (reinterpret_cast<uintptr_t>(piece) % alignof(float) == 0) {
-    const float* p = reinterpret_cast<const float*>(piece);
-    for (size_t i = 0; i < n; ++i) sum[i] += p[i];
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    float v;
-    std::memcpy(&v, piece + 4 * i, 4);
-    sum[i] += v;
-  }
-}
-
 }  // namespace
-
-struct KVServer::ChunkSlot {
-  enum class Phase { kIdle, kAccumulating, kSending };
-  const LayerPlan* layer = nullptr;
-  uint32_t chunk = 0;
-  size_t floats = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<float> sum;
-  Phase phase = Phase::kIdle;
-  int64_t round_iteration = kNoIteration;
-  int64_t last_completed = kNoIteration;
-  std::vector<uint8_t> pushed;  // by worker rank, this round
-  std::vector<std::shared_ptr<Peer>> reply_to;
-  int arrived = 0;  // pushes read and summed
-  bool direct_claimed = false;
-  bool direct_busy = false;
-  int sends_left = 0;
-
-  std::string key() const {
-    return "layer " + std::to_string(layer->spec.layer_id) + " (" + layer->spec.name + ") chunk " +
-           std::to_string(chunk);
-  }
-};
 
 KVServer::KVServer(const Config& config) : config_(config) {
   config_.validate();
@@ -165,7 +122,7 @@ void KVServer::build_slots(const Plan& plan) {
       ls.by_chunk.assign(lp.num_chunks, nullptr);
       for (uint32_t c = 0; c < lp.num_chunks; ++c) {
         if (plan_.shard_of(lp, c) != config_.rank) continue;
-        auto slot = std::make_unique<ChunkSlot>();
+        auto slot = std::make_unique<ChunkRound>();
         slot->layer = &lp;
         slot->chunk = c;
         slot->floats = lp.chunk_length(c);
@@ -199,7 +156,7 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
     reject(push + ": chunk out of range (layer " + ls.plan->spec.name + " has " +
            std::to_string(ls.plan->num_chunks) + " chunks)");
   }
-  ChunkSlot* slot = ls.by_chunk[h.chunk];
+  ChunkRound* slot = ls.by_chunk[h.chunk];
   if (slot == nullptr) {
     reject(push + ": that chunk belongs to server " +
            std::to_string(plan_.shard_of(*ls.plan, h.chunk)) + ", not server " +
@@ -218,11 +175,11 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
     // The next round's first push may arrive while this round's sums are
     // still being written (from the same buffer): wait for them.
     slot->cv.wait_until(lock, deadline.time_point(), [&] {
-      return abort_->tripped() || !(slot->phase == ChunkSlot::Phase::kSending &&
+      return abort_->tripped() || !(slot->phase == ChunkRound::Phase::kSending &&
                                     h.iteration == slot->round_iteration + 1);
     });
     if (abort_->tripped()) return;
-    if (slot->phase == ChunkSlot::Phase::kSending) {
+    if (slot->phase == ChunkRound::Phase::kSending) {
       if (h.iteration == slot->round_iteration + 1) {
         throw TimeoutError(self_.str() + ": " + push + " waited " +
                            std::to_string(config_.timeout_ms) + " ms for the sums of iteration " +
@@ -231,17 +188,18 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
       reject(push + ": iteration mismatch: the round of iteration " +
              std::to_string(slot->round_iteration) + " is being answered");
     }
-    if (slot->phase == ChunkSlot::Phase::kAccumulating && h.iteration != slot->round_iteration) {
+    if (slot->phase == ChunkRound::Phase::kAccumulating && h.iteration != slot->round_iteration) {
       reject(push + ": iteration mismatch: the round in progress is iteration " +
              std::to_string(slot->round_iteration));
     }
-    if (slot->phase == ChunkSlot::Phase::kIdle) {
-      if (slot->last_completed != kNoIteration && h.iteration != slot->last_completed + 1) {
+    if (slot->phase == ChunkRound::Phase::kIdle) {
+      if (slot->last_completed != ChunkRound::kNoIteration &&
+          h.iteration != slot->last_completed + 1) {
         reject(push + ": iteration mismatch: expected iteration " +
                std::to_string(slot->last_completed + 1) + " (iteration " +
                std::to_string(slot->last_completed) + " was the last completed)");
       }
-      slot->phase = ChunkSlot::Phase::kAccumulating;
+      slot->phase = ChunkRound::Phase::kAccumulating;
       slot->round_iteration = h.iteration;
       coord_->set_progress(h.iteration, h.layer);  // for our heartbeats
       std::fill(slot->pushed.begin(), slot->pushed.end(), 0);
@@ -293,7 +251,7 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
       slot->cv.notify_all();
     }
     if (++slot->arrived < plan_.num_workers) return;
-    slot->phase = ChunkSlot::Phase::kSending;
+    slot->phase = ChunkRound::Phase::kSending;
     slot->sends_left = plan_.num_workers;
     for (size_t r = 0; r < slot->reply_to.size(); ++r) {
       SendJob job;
@@ -312,7 +270,7 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
   for (SendJob& job : replies) queue_->push(std::move(job));
 }
 
-void KVServer::reply_done(ChunkSlot* slot, const SendOutcome& out, const NodeId& to) {
+void KVServer::reply_done(ChunkRound* slot, const SendOutcome& out, const NodeId& to) {
   if (!out.ok() && !out.connection_lost) {
     abort_->trip(Failure{to.str(), self_.str() + " could not send the sum of " + slot->key() +
                                        " iteration " + std::to_string(slot->round_iteration) +
@@ -327,7 +285,7 @@ void KVServer::reply_done(ChunkSlot* slot, const SendOutcome& out, const NodeId&
   std::lock_guard<std::mutex> lock(slot->mu);
   if (--slot->sends_left > 0) return;
   slot->last_completed = slot->round_iteration;
-  slot->phase = ChunkSlot::Phase::kIdle;
+  slot->phase = ChunkRound::Phase::kIdle;
   std::fill(slot->reply_to.begin(), slot->reply_to.end(), nullptr);
   ++rounds_;
   slot->cv.notify_all();
@@ -339,21 +297,12 @@ std::string KVServer::pending_summary() const {
   int shown = 0;
   for (const auto& slot : slots_) {
     std::lock_guard<std::mutex> lock(slot->mu);
-    if (slot->phase == ChunkSlot::Phase::kIdle) continue;
+    if (slot->phase == ChunkRound::Phase::kIdle) continue;
     if (++shown > 4) {
       out += "; ...";
       break;
     }
-    std::string missing;
-    for (size_t r = 0; r < slot->pushed.size(); ++r) {
-      if (!slot->pushed[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
-    }
-    out += (out.empty() ? "" : "; ") + slot->key() + " iteration " +
-           std::to_string(slot->round_iteration) + ": " +
-           (slot->phase == ChunkSlot::Phase::kSending
-                ? std::string("sums being sent")
-                : std::to_string(slot->arrived) + " of " + std::to_string(slot->pushed.size()) +
-                      " pushes, waiting for worker(s) " + missing);
+    out += (out.empty() ? "" : "; ") + slot->describe_locked();
   }
   if (!out.empty()) return "rounds in progress: " + out;
   const Progress p = coord_->progress();

@@ -30,6 +30,7 @@
 
 #include "poseidon/abort_signal.h"
 #include "poseidon/acceptor.h"
+#include "poseidon/chunk_round.h"
 #include "poseidon/config.h"
 #include "poseidon/coordinator_client.h"
 #include "poseidon/peer.h"
@@ -68,10 +69,9 @@ class KVServer {
   ServerStats stats() const;
 
  private:
-  struct ChunkSlot;
   struct LayerSlots {
     const LayerPlan* plan = nullptr;
-    std::vector<ChunkSlot*> by_chunk;  // nullptr: owned by another shard
+    std::vector<ChunkRound*> by_chunk;  // nullptr: owned by another shard
   };
 
   std::string admit(const NodeId& id);
@@ -81,7 +81,7 @@ class KVServer {
   void reject(const std::string& why);
   void build_slots(const Plan& plan);
   bool wait_ready();
-  void reply_done(ChunkSlot* slot, const SendOutcome& outcome, const NodeId& to);
+  void reply_done(ChunkRound* slot, const SendOutcome& outcome, const NodeId& to);
   std::string pending_summary() const;
   void on_abort(const Failure& f);
   void teardown(bool aborted);
@@ -104,7 +104,7 @@ class KVServer {
   bool ran_ = false;
   bool torn_down_ = false;
   Plan plan_;
-  std::vector<std::unique_ptr<ChunkSlot>> slots_;
+  std::vector<std::unique_ptr<ChunkRound>> slots_;
   std::map<uint32_t, LayerSlots> layers_;
   std::vector<std::shared_ptr<Peer>> peers_;
   std::map<int, Peer*> primary_;  // worker rank -> its first connection
