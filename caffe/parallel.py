@@ -31,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import re
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -54,6 +56,10 @@ SYNC_MODES = ("ps-nooverlap", "wfbp", "poseidon")
 F = TypeVar("F", bound=Callable)
 
 
+# Shards that run inside a worker's process (rank < this), for failure messages.
+_colocated_shards = 0
+
+
 def comm_errors(function: F) -> F:
     """Report communication failures as DistributedError (one clear line from the CLI)."""
 
@@ -62,9 +68,20 @@ def comm_errors(function: F) -> F:
         try:
             return function(*args, **kwargs)
         except poseidon.CommError as e:
-            raise DistributedError(str(e)) from None
+            raise DistributedError(_explain(e)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _explain(error: poseidon.CommError) -> str:
+    """The comm core's message, plus which worker a dead colocated shard lived with."""
+    message = str(error)
+    peer = str(getattr(error, "peer", ""))
+    match = re.match(r"server (\d+)\b", peer)
+    if match and int(match.group(1)) < _colocated_shards:
+        rank = match.group(1)
+        message += f" [shard {rank} ran inside worker {rank}'s process]"
+    return message
 
 
 @dataclass
@@ -115,6 +132,8 @@ class PoseidonSync:
         self.pass_index = 0
         self.pending_rate: float | None = None
         self.started = False
+        self.shard: ColocatedShard | None = None  # set by attach_from_environment
+        self.worker_timeout_s = 60.0
         on_cuda = self.net.device.type == "cuda"
         self.side_stream = torch.cuda.Stream(device=self.net.device) if on_cuda else None
         # One thread: it hands layers to the (asynchronous) comm core in submission order.
@@ -403,9 +422,13 @@ class PoseidonSync:
             # The job may already be aborted (that may be the error); abort is best effort.
             with contextlib.suppress(poseidon.CommError):
                 self.worker.abort(f"worker {self.rank} failed: {error}")
+            if self.shard is not None:
+                self.shard.stop(f"worker {self.rank} failed")
         else:
             self.flush()
             self.worker.shutdown()
+            if self.shard is not None:
+                self.shard.join(self.worker_timeout_s)
         if self.comm_thread is not None:
             self.comm_thread.shutdown(wait=False)
         if self.timeline is not None:
@@ -471,8 +494,59 @@ def prepare_worker() -> int:
 @comm_errors
 def attach_from_environment(solver) -> PoseidonSync:
     """Join the Poseidon job described by POSEIDON_* variables and attach to `solver`."""
+    global _colocated_shards
     config = worker_config()
-    worker = _C.Worker(config.to_native())
-    worker.connect()
-    timeline = Timeline(config.timeline, config.rank) if config.timeline else None
-    return PoseidonSync(solver, worker, config.sync, timeline, config.scheme)
+    native = config.to_native()
+    if config.colocate:
+        _colocated_shards = min(config.num_workers, config.num_servers)
+    shard = ColocatedShard.start(config) if config.colocate else None
+    if shard is not None:
+        native.local_server = shard.server.local_address
+    try:
+        worker = _C.Worker(native)
+        worker.connect()
+        timeline = Timeline(config.timeline, config.rank) if config.timeline else None
+        sync = PoseidonSync(solver, worker, config.sync, timeline, config.scheme)
+    except BaseException:
+        if shard is not None:
+            shard.stop("worker failed to join the job")
+        raise
+    sync.shard = shard
+    return sync
+
+
+class ColocatedShard:
+    """KV-store shard `rank` running inside the worker's process (the paper's layout: a
+    shard beside each worker). The worker reaches it through the in-process transport;
+    other workers through TCP as usual. `run()` blocks with the GIL released, on a thread."""
+
+    def __init__(self, server: _C.KVServer) -> None:
+        self.server = server
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="poseidon-shard", daemon=True)
+
+    @classmethod
+    def start(cls, config: poseidon.Config) -> ColocatedShard | None:
+        if config.rank >= config.num_servers:
+            return None  # more workers than shards: this worker has none beside it
+        shard = cls(_C.KVServer(config.replace(role="server").to_native()))
+        shard.thread.start()
+        return shard
+
+    def _run(self) -> None:
+        try:
+            self.server.run()
+        except poseidon.CommError as e:  # the worker reports the job's failure itself
+            self.error = e
+
+    def join(self, timeout_s: float) -> None:
+        """After the worker's shutdown: the shard ends with the job."""
+        self.thread.join(timeout_s)
+        if self.thread.is_alive():
+            raise DistributedError(f"colocated shard still running {timeout_s:.0f}s after "
+                                   "the job ended")  # fmt: skip
+
+    def stop(self, reason: str) -> None:
+        with contextlib.suppress(poseidon.CommError):
+            self.server.abort(reason)
+        self.thread.join(5.0)

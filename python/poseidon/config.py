@@ -166,6 +166,14 @@ SETTINGS: tuple[Setting, ...] = (
         "worker: write a Chrome trace here; {rank} is replaced by the worker's rank",
     ),
     Setting(
+        "colocate",
+        "POSEIDON_COLOCATE",
+        "",
+        "0",
+        "worker: 1 runs shard <rank> in the worker's own process (rank < P2), reached "
+        "without sockets; `poseidon launch` sets it unless --no-colocate",
+    ),
+    Setting(
         "local_rank",
         "POSEIDON_LOCAL_RANK",
         "",
@@ -241,6 +249,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "verbose": parse_bool,
     "sync": _choice(SYNC_MODES),
     "timeline": lambda text, name: text.strip(),
+    "colocate": parse_bool,
     "local_rank": parse_int,
     "local_server": lambda text, name: text.strip(),
 }
@@ -283,6 +292,7 @@ class Config:
     verbose: bool = False
     sync: str = "poseidon"
     timeline: str = ""
+    colocate: bool = False
     local_rank: int = 0
     # Not an environment setting: the in-process address of a shard this
     # worker's own process runs (poseidon._C.KVServer.local_address).

@@ -52,6 +52,7 @@ class JobSpec:
     timeout_ms: int | None = None
     coordinator_port: int = 0
     hosts: list[Host] = field(default_factory=list)  # empty: everything on this machine
+    colocate: bool = True  # shard r runs inside worker r's process (r < min(P1, P2))
     ssh: list[str] = field(default_factory=lambda: ["ssh", "-o", "BatchMode=yes"])
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -121,6 +122,7 @@ class Launcher:
             "POSEIDON_NUM_SERVERS": str(self.spec.num_servers),
             "POSEIDON_SYNC": self.spec.sync,
             "POSEIDON_SCHEME": self.spec.scheme,
+            "POSEIDON_COLOCATE": "1" if self.spec.colocate else "0",
         }
         if self.spec.timeline:
             env["POSEIDON_TIMELINE"] = os.path.abspath(self.spec.timeline)
@@ -202,6 +204,8 @@ class Launcher:
         address = self._await_address(coordinator, first)
         env["POSEIDON_COORDINATOR"] = address
         for rank, host in enumerate(self._server_hosts()):
+            if self.spec.colocate and rank < self.spec.num_workers:
+                continue  # runs inside worker `rank`
             server = self._spawn(f"server {rank}", self._poseidon("server"),
                                  {**env, "POSEIDON_ROLE": "server", "POSEIDON_RANK": str(rank)},
                                  host, False)  # fmt: skip

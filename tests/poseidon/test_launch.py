@@ -27,12 +27,20 @@ def launch(args: list[str], worker_args: list[str] = (), timeout: float = 60, **
 
 
 def test_job_runs_with_prefixed_output_and_status_zero(tmp_path):
-    result = launch(["-n", "3", "-s", "2", "--log-dir", str(tmp_path)])
+    result = launch(["-n", "3", "-s", "2", "--no-colocate", "--log-dir", str(tmp_path)])
     assert result.returncode == 0, result.stdout
     for rank in range(3):
         assert f"[worker {rank}] rank {rank} of 3: sum 6" in result.stdout
     assert "[server 1] poseidon server 1 listening on" in result.stdout
     assert "sum 6" in (tmp_path / "worker_2.log").read_text()
+
+
+def test_colocated_shards_run_inside_workers_extra_shards_as_processes():
+    result = launch(["-n", "2", "-s", "3"])
+    assert result.returncode == 0, result.stdout
+    assert "[server 0]" not in result.stdout and "[server 1]" not in result.stdout
+    assert "[server 2] poseidon server 2 listening on" in result.stdout
+    assert "[worker 1] rank 1 of 2: sum 3" in result.stdout
 
 
 def test_failing_worker_gives_its_status_and_stops_the_others():
@@ -85,7 +93,7 @@ def test_hostfile_starts_the_job_over_ssh(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("127.0.0.1 slots=2\n")
     result = launch(["-n", "2", "--hostfile", str(hostfile), "--ssh", str(fake_ssh),
-                     "--port", str(free_port())])  # fmt: skip
+                     "--port", str(free_port()), "--no-colocate"])  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[worker 1] rank 1 of 2: sum 3" in result.stdout
     # coordinator + one shard per host + two workers, all through ssh

@@ -20,6 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ps-nooverlap | wfbp | poseidon (WFBP + HybComm, default)")  # fmt: skip
     p.add_argument("--scheme", choices=SCHEMES, default="auto",
                    help="with --sync poseidon: auto (BestScheme), or force ps / sfb")  # fmt: skip
+    p.add_argument("--no-colocate", dest="colocate", action="store_false",
+                   help="run every shard as its own process (default: shard r inside worker r, "
+                   "the paper's layout)")  # fmt: skip
     p.add_argument("--timeline", help="Chrome trace per worker; {rank} in the path is replaced")
     p.add_argument(
         "--log-dir", help="also write each process's raw output to DIR/<role>_<rank>.log"
@@ -60,6 +63,6 @@ def run(args: argparse.Namespace) -> int:
         scheme=args.scheme, timeline=timeline, log_dir=args.log_dir or "",
         chunk_bytes=args.chunk_bytes or "", timeout_ms=args.timeout_ms,
         coordinator_port=args.port or (29600 if hosts else 0), hosts=hosts,
-        ssh=shlex.split(args.ssh),
+        ssh=shlex.split(args.ssh), colocate=args.colocate,
     )  # fmt: skip
     return run_job(spec)
