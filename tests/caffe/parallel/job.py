@@ -108,6 +108,7 @@ def run_job(
     extra: str = "",
     timeline: str = "",
     timeout_s: float = 120.0,
+    colocate: bool = True,
 ) -> tuple[list[dict[str, np.ndarray]], str]:
     """Launch the job; returns each rank's saved arrays and the launcher's output."""
     solver = write_solver(directory, BATCH, iters, extra, name=f"solver_{workers}")
@@ -131,6 +132,8 @@ def run_job(
     ]
     if timeline:
         command += ["--timeline", timeline]
+    if not colocate:
+        command.append("--no-colocate")
     command += ["--", sys.executable, WORKER, solver, str(iters), out_dir]  # fmt: skip
     env = {**os.environ, "GLOG_minloglevel": "1", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,

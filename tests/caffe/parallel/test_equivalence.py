@@ -53,6 +53,14 @@ def test_distributed_equals_single_process(tmp_path, reference, sync, scheme, wo
         assert schemes["ip1"] == schemes["ip2"] == "SFB" and schemes["conv1"] == "PS"
 
 
+@pytest.mark.parametrize("sync", ["wfbp", "poseidon"])
+def test_shards_as_separate_processes(tmp_path, reference, sync):
+    # The matrix above runs shard r inside worker r (the default); here every shard is a
+    # process of its own, so every push crosses TCP.
+    ranks, _ = run_job(str(tmp_path), 3, 2, sync, "auto", ITERS, colocate=False)
+    assert_matches(ranks, reference(3))
+
+
 @pytest.mark.parametrize("sync,scheme", [("poseidon", "sfb"), ("wfbp", "auto")])
 def test_iter_size_two(tmp_path, reference, sync, scheme):
     # iter_size 2 at batch K accumulates 2·K items per worker: compare with the single
