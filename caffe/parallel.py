@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -102,7 +102,6 @@ class LayerSyncer:
     pending: bool = False  # gradient in flight or received; update not yet applied
     submitted_us: float = 0.0
     bytes_seen: tuple[int, int] = (0, 0)
-    history: list[dict] = field(default_factory=list)
 
 
 class PoseidonSync:
@@ -180,11 +179,8 @@ class PoseidonSync:
             rows = layer.M * self.iter_size
             return _C.LayerSpec(s.index, s.name, _C.LayerKind.FC, layer.num_output, layer.K,
                                 rows, floats, force)  # fmt: skip
-        kind = (
-            _C.LayerKind.CONV
-            if layer.type in ("Convolution", "Deconvolution")
-            else (_C.LayerKind.OTHER)
-        )
+        convolution = layer.type in ("Convolution", "Deconvolution")
+        kind = _C.LayerKind.CONV if convolution else _C.LayerKind.OTHER
         weight = layer.blobs[0].shape
         m = weight[0] if weight else 1
         n = max(1, layer.blobs[0].count // max(1, m))
