@@ -16,14 +16,12 @@ are re-exported here for convenience.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import secrets
 from typing import TypeVar
 
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
+from caffe.atomic_write import write_atomically
 from caffe.errors import PrototxtError
 from caffe.proto import caffe_pb2
 from caffe.upgrade import upgrade_net_param, upgrade_solver_param
@@ -140,14 +138,4 @@ def _located(source: str, error: text_format.ParseError) -> str:
 def write_text(path: str, message: Message) -> None:
     """Write `message` in text format, replacing `path` atomically."""
     data = text_format.MessageToString(message).encode("utf-8")
-    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise PrototxtError(f"Could not write file {path}: {e.strerror}") from None
+    write_atomically(path, [data], PrototxtError)

@@ -31,13 +31,13 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from google.protobuf.message import DecodeError, Message
 
+from caffe.atomic_write import write_atomically
 from caffe.blob_proto import BlobArray, decode_blob, encode_blob, encode_blob_field, shape_equals
 from caffe.errors import CaffeError, WeightsError
 from caffe.proto import caffe_pb2
@@ -310,7 +310,7 @@ def write_caffemodel(
             raise ValueError(f"layer {index} ('{layer.name}'): {e}") from None
         buffers.append(encode_len_prefix(_NET_LAYER, size))
         buffers.extend(layer_buffers)
-    _write_atomically(path, buffers)
+    write_atomically(path, buffers, WeightsError)
 
 
 def write_solverstate(
@@ -329,7 +329,7 @@ def write_solverstate(
         except ValueError as e:
             raise ValueError(f"history blob {i}: {e}") from None
     buffers.append(encode_varint_field(4, current_step))
-    _write_atomically(path, buffers)
+    write_atomically(path, buffers, WeightsError)
 
 
 def write_blobproto(path: str, array: np.ndarray | BlobArray, legacy4d: bool = False) -> None:
@@ -337,7 +337,7 @@ def write_blobproto(path: str, array: np.ndarray | BlobArray, legacy4d: bool = F
     blob = array if isinstance(array, BlobArray) else BlobArray.from_array(array)
     if legacy4d != blob.legacy:
         blob = BlobArray(blob.shape, blob.data, blob.diff, legacy4d)
-    _write_atomically(path, encode_blob(blob, write_diff=False)[0])
+    write_atomically(path, encode_blob(blob, write_diff=False)[0], WeightsError)
 
 
 def _blobs_for(layer_blobs: LayerBlobs, index: int, name: str) -> list[BlobArray]:
@@ -380,29 +380,3 @@ def _encode_layer(
         buffers.extend(encode_blob_field(_LAYER_BLOBS, blob, write_diff)[0])
     buffers.append(raw[split:])
     return buffers, sum(len(b) for b in buffers)
-
-
-def _write_atomically(path: str, buffers: list) -> None:
-    """Write to a temporary file beside `path`, fsync it, then rename it over `path`."""
-    # O_EXCL with a random name: never clobbers another writer's temporary file; mode 0o666
-    # lets the umask decide permissions, as for any file the user creates.
-    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as e:
-        raise WeightsError(f"Could not write file {path}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for buffer in buffers:
-                f.write(buffer)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise WeightsError(f"Could not write file {path}: {e.strerror}") from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
