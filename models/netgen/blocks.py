@@ -1,10 +1,13 @@
 """Building blocks shared by the zoo's generators: layers with the zoo's conventions
-(Caffe's lr_mult 1/2, decay_mult 1/0 for weight/bias), the phase-split Data layers of a
-train_val net, the Input layer of a deploy net and the DummyData variant for timing.
+(Caffe's lr_mult 1/2, decay_mult 1/0 for weight/bias) and the units several nets repeat
+(conv + ReLU, BatchNorm + Scale, AlexNet's fc6-fc8), the ImageNet data of Caffe's examples,
+the phase-split Data layers and classifier heads of a train_val net, the Input and "prob"
+of a deploy net, and the DummyData variant for timing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from caffe.net_spec import L, NetSpec, P, Top
@@ -26,6 +29,24 @@ class DataSpec:
     channels: int
     crop: int
     transform: dict = field(default_factory=dict)
+
+
+ILSVRC12_LMDB = "examples/imagenet/ilsvrc12"
+
+
+def imagenet_data(
+    train_batch: int, crop: int, transform: dict, test_batch: int = 50, lmdb: str = ILSVRC12_LMDB
+) -> DataSpec:
+    """Colour images from `<lmdb>_train_lmdb` / `<lmdb>_val_lmdb` (Caffe's example paths)."""
+    return DataSpec(
+        train_source=f"{lmdb}_train_lmdb",
+        test_source=f"{lmdb}_val_lmdb",
+        train_batch=train_batch,
+        test_batch=test_batch,
+        channels=3,
+        crop=crop,
+        transform=transform,
+    )
 
 
 def conv(
@@ -78,8 +99,43 @@ def relu(bottom: Top) -> Top:
     return L.ReLU(bottom, in_place=True)
 
 
+def conv_relu(n: NetSpec, bottom: Top, name: str, relu_name: str, *conv_args, **conv_kwargs) -> Top:
+    """`conv(bottom, *conv_args, **conv_kwargs)` named `name`, then ReLU in place."""
+    n[name] = conv(bottom, *conv_args, **conv_kwargs)
+    n[relu_name] = relu(n[name])
+    return n[relu_name]
+
+
+def batch_norm_scale(
+    n: NetSpec, bottom: Top, bn_name: str, scale_name: str, deploy: bool, **bn_params: object
+) -> Top:
+    """BatchNorm then Scale (with bias), both in place.
+
+    Deploy nets use the stored statistics (use_global_stats); train_val nets leave it to
+    the phase (batch statistics in TRAIN, stored in TEST).
+    """
+    if deploy:
+        bn_params.update(use_global_stats=True)
+    n[bn_name] = L.BatchNorm(bottom, in_place=True, **bn_params)
+    n[scale_name] = L.Scale(n[bn_name], in_place=True, bias_term=True)
+    return n[scale_name]
+
+
 def dropout(bottom: Top, ratio: float) -> Top:
     return L.Dropout(bottom, dropout_ratio=ratio, in_place=True)
+
+
+def fc6_to_fc8(n: NetSpec, bottom: Top, num_classes: int, hidden_bias: float) -> Top:
+    """AlexNet's classifier, kept by VGG: fc6 and fc7 of 4096 (gaussian 0.005, bias
+    `hidden_bias`), each with ReLU and Dropout 0.5, then fc8 (gaussian 0.01, bias 0)."""
+    x = bottom
+    for i in (6, 7):
+        n[f"fc{i}"] = fc(x, 4096, dict(type="gaussian", std=0.005), bias=hidden_bias)
+        n[f"relu{i}"] = relu(n[f"fc{i}"])
+        n[f"drop{i}"] = dropout(n[f"relu{i}"], 0.5)
+        x = n[f"drop{i}"]
+    n.fc8 = fc(x, num_classes, dict(type="gaussian", std=0.01), bias=0.0)
+    return n.fc8
 
 
 def max_pool(bottom: Top, kernel: int, stride: int, pad: int = 0) -> Top:
@@ -145,6 +201,31 @@ def finish_deploy(n: NetSpec, name: str) -> caffe_pb2.NetParameter:
     net = n.to_proto()
     net.name = name
     return net
+
+
+Body = Callable[[NetSpec, Top], Top]  # (net, data) -> the classifier's scores
+
+
+def classification_train_val(
+    name: str, spec: DataSpec, body: Body, top5: bool = True
+) -> caffe_pb2.NetParameter:
+    """Data layers, `body`, TEST-only top-1 (and top-5) Accuracy and a SoftmaxWithLoss."""
+    n = NetSpec()
+    data, label = train_data(n, spec)
+    scores = body(n, data)
+    accuracy(n, "accuracy", scores, label)
+    if top5:
+        accuracy(n, "accuracy_top5", scores, label, top_k=5)
+    n.loss = L.SoftmaxWithLoss(scores, label)
+    return finish_train_val(n, name, spec)
+
+
+def classification_deploy(name: str, batch: int, size: int, body: Body) -> caffe_pb2.NetParameter:
+    """An Input of `batch` colour size x size images, `body`, and the Softmax "prob"."""
+    n = NetSpec()
+    scores = body(n, deploy_input(n, batch, 3, size))
+    n.prob = L.Softmax(scores)
+    return finish_deploy(n, name)
 
 
 def dummy_variant(

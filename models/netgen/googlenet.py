@@ -4,18 +4,20 @@ Accuracy at each of the three heads, and ceil-mode pooling (112 -> 56 after pool
 
 from __future__ import annotations
 
+from functools import partial
+
 from caffe.net_spec import L, NetSpec, Top
 from caffe.proto import caffe_pb2
 from models.netgen.blocks import (
     DataSpec,
     accuracy,
     ave_pool,
-    conv,
-    deploy_input,
+    classification_deploy,
+    conv_relu,
     dropout,
     fc,
-    finish_deploy,
     finish_train_val,
+    imagenet_data,
     lrn_across,
     max_pool,
     relu,
@@ -44,21 +46,11 @@ AUX_HEADS = {"inception_4a": "loss1", "inception_4d": "loss2"}
 
 
 def data_spec() -> DataSpec:
-    return DataSpec(
-        train_source="examples/imagenet/ilsvrc12_train_lmdb",
-        test_source="examples/imagenet/ilsvrc12_val_lmdb",
-        train_batch=32,
-        test_batch=50,
-        channels=3,
-        crop=224,
-        transform=dict(mean_value=[104, 117, 123]),
-    )
+    return imagenet_data(train_batch=32, crop=224, transform=dict(mean_value=[104, 117, 123]))
 
 
 def _conv_relu(n: NetSpec, bottom: Top, name: str, relu_name: str, *args, **kwargs) -> Top:
-    n[name] = conv(bottom, *args, weight_filler=XAVIER, bias=0.2, **kwargs)
-    n[relu_name] = relu(n[name])
-    return n[relu_name]
+    return conv_relu(n, bottom, name, relu_name, *args, weight_filler=XAVIER, bias=0.2, **kwargs)
 
 
 def _inception(n: NetSpec, bottom: Top, name: str, *widths: int) -> Top:
@@ -131,7 +123,4 @@ def train_val() -> caffe_pb2.NetParameter:
 
 
 def deploy() -> caffe_pb2.NetParameter:
-    n = NetSpec()
-    scores = _body(n, deploy_input(n, 10, 3, 224), None)
-    n.prob = L.Softmax(scores)
-    return finish_deploy(n, NAME)
+    return classification_deploy(NAME, 10, 224, partial(_body, label=None))

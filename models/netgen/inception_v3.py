@@ -10,20 +10,22 @@ Each module's branches are joined by a Concat (11 in all).
 
 from __future__ import annotations
 
+from functools import partial
+
 from caffe.net_spec import L, NetSpec, Top
 from caffe.proto import caffe_pb2
 from models.netgen.blocks import (
     DataSpec,
-    accuracy,
     ave_pool,
+    batch_norm_scale,
+    classification_deploy,
+    classification_train_val,
     conv,
-    deploy_input,
     dropout,
     fc,
-    finish_deploy,
-    finish_train_val,
+    imagenet_data,
     max_pool,
-    train_data,
+    relu,
 )
 
 NAME = "Inception-v3"
@@ -36,14 +38,12 @@ def data_spec() -> DataSpec:
     # Inputs scaled to [-1, 1] as the TensorFlow-trained weights expect. The 299x299 crops
     # need larger images than Caffe's 256x256 ImageNet LMDBs: build these with
     # convert_imageset --resize_height=320 --resize_width=320.
-    return DataSpec(
-        train_source="examples/imagenet/ilsvrc12_320_train_lmdb",
-        test_source="examples/imagenet/ilsvrc12_320_val_lmdb",
+    return imagenet_data(
         train_batch=32,
         test_batch=25,
-        channels=3,
         crop=299,
         transform=dict(mean_value=[128, 128, 128], scale=0.0078125),
+        lmdb="examples/imagenet/ilsvrc12_320",
     )
 
 
@@ -65,10 +65,8 @@ class _Builder:
             weight_filler=dict(type="xavier"),
             bias=None,
         )
-        bn = dict(eps=BN_EPS, use_global_stats=True) if self.deploy else dict(eps=BN_EPS)
-        n[name + "_bn"] = L.BatchNorm(n[name], in_place=True, **bn)
-        n[name + "_scale"] = L.Scale(n[name + "_bn"], in_place=True, bias_term=True)
-        n[name + "_relu"] = L.ReLU(n[name + "_scale"], in_place=True)
+        x = batch_norm_scale(n, n[name], name + "_bn", name + "_scale", self.deploy, eps=BN_EPS)
+        n[name + "_relu"] = relu(x)
         return n[name + "_relu"]
 
     def concat(self, name: str, *branches: Top) -> Top:
@@ -163,19 +161,13 @@ class _Builder:
         return n.classifier
 
 
+def _body(n: NetSpec, data: Top, deploy: bool) -> Top:
+    return _Builder(n, deploy).body(data)
+
+
 def train_val() -> caffe_pb2.NetParameter:
-    n = NetSpec()
-    spec = data_spec()
-    data, label = train_data(n, spec)
-    scores = _Builder(n, deploy=False).body(data)
-    accuracy(n, "accuracy", scores, label)
-    accuracy(n, "accuracy_top5", scores, label, top_k=5)
-    n.loss = L.SoftmaxWithLoss(scores, label)
-    return finish_train_val(n, NAME, spec)
+    return classification_train_val(NAME, data_spec(), partial(_body, deploy=False))
 
 
 def deploy() -> caffe_pb2.NetParameter:
-    n = NetSpec()
-    scores = _Builder(n, deploy=True).body(deploy_input(n, 1, 3, 299))
-    n.prob = L.Softmax(scores)
-    return finish_deploy(n, NAME)
+    return classification_deploy(NAME, 1, 299, partial(_body, deploy=True))

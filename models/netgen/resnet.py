@@ -10,20 +10,21 @@ stage 3 on, on the branch's first 1x1 as in the released model). AVE pooling 7/1
 from __future__ import annotations
 
 import string
+from functools import partial
 
 from caffe.net_spec import L, NetSpec, Top
 from caffe.proto import caffe_pb2
 from models.netgen.blocks import (
     DataSpec,
-    accuracy,
     ave_pool,
+    batch_norm_scale,
+    classification_deploy,
+    classification_train_val,
     conv,
-    deploy_input,
     fc,
-    finish_deploy,
-    finish_train_val,
+    imagenet_data,
     max_pool,
-    train_data,
+    relu,
 )
 
 NAME = "ResNet-50"
@@ -33,15 +34,7 @@ MSRA = dict(type="msra")
 
 
 def data_spec() -> DataSpec:
-    return DataSpec(
-        train_source="examples/imagenet/ilsvrc12_train_lmdb",
-        test_source="examples/imagenet/ilsvrc12_val_lmdb",
-        train_batch=32,
-        test_batch=50,
-        channels=3,
-        crop=224,
-        transform=dict(mean_value=[104, 117, 123]),
-    )
+    return imagenet_data(train_batch=32, crop=224, transform=dict(mean_value=[104, 117, 123]))
 
 
 def _conv_bn(
@@ -56,20 +49,13 @@ def _conv_bn(
     with_relu: bool = True,
     deploy: bool = False,
 ) -> Top:
-    """conv<suffix> + bn<suffix> + scale<suffix> (+ <conv>_relu), all but conv in place.
-
-    Deploy nets use the stored statistics (use_global_stats); train_val nets leave it to
-    the phase (batch statistics in TRAIN, stored in TEST).
-    """
+    """conv<suffix> + bn<suffix> + scale<suffix> (+ <conv>_relu), all but conv in place."""
     n[conv_name] = conv(
         bottom, num_output, kernel, stride=stride, pad=pad, weight_filler=MSRA, bias=None
     )
-    bn_kwargs = dict(use_global_stats=True) if deploy else {}
-    n["bn" + suffix] = L.BatchNorm(n[conv_name], in_place=True, **bn_kwargs)
-    n["scale" + suffix] = L.Scale(n["bn" + suffix], in_place=True, bias_term=True)
-    x = n["scale" + suffix]
+    x = batch_norm_scale(n, n[conv_name], "bn" + suffix, "scale" + suffix, deploy)
     if with_relu:
-        n[conv_name + "_relu"] = L.ReLU(x, in_place=True)
+        n[conv_name + "_relu"] = relu(x)
         x = n[conv_name + "_relu"]
     return x
 
@@ -100,7 +86,7 @@ def _bottleneck(
         n, x, res + "_branch2c", name + "_branch2c", 4 * width, 1, with_relu=False, deploy=deploy
     )
     n[res] = L.Eltwise(shortcut, x)  # operation SUM is the default
-    n[res + "_relu"] = L.ReLU(n[res], in_place=True)
+    n[res + "_relu"] = relu(n[res])
     return n[res + "_relu"]
 
 
@@ -119,18 +105,8 @@ def _body(n: NetSpec, data: Top, deploy: bool) -> Top:
 
 
 def train_val() -> caffe_pb2.NetParameter:
-    n = NetSpec()
-    spec = data_spec()
-    data, label = train_data(n, spec)
-    scores = _body(n, data, deploy=False)
-    accuracy(n, "accuracy", scores, label)
-    accuracy(n, "accuracy_top5", scores, label, top_k=5)
-    n.loss = L.SoftmaxWithLoss(scores, label)
-    return finish_train_val(n, NAME, spec)
+    return classification_train_val(NAME, data_spec(), partial(_body, deploy=False))
 
 
 def deploy() -> caffe_pb2.NetParameter:
-    n = NetSpec()
-    scores = _body(n, deploy_input(n, 1, 3, 224), deploy=True)
-    n.prob = L.Softmax(scores)
-    return finish_deploy(n, NAME)
+    return classification_deploy(NAME, 1, 224, partial(_body, deploy=True))
