@@ -1,7 +1,11 @@
 """Shared behaviour of loss layers: an anonymous top if none is declared, a default
-loss_weight of 1, no gradient to the label input, and Caffe's normalization modes."""
+loss_weight of 1, no gradient to the label input, and Caffe's normalization modes.
+ClassLabelLossLayer adds the shape contract of losses over N items with one class label each.
+"""
 
 from __future__ import annotations
+
+import math
 
 from caffe.layer import Layer
 from caffe.proto import caffe_pb2
@@ -50,3 +54,16 @@ class LossLayer(Layer):
     def refuse_label_gradient(self, propagate_down) -> None:
         if len(propagate_down) > 1 and propagate_down[1]:
             raise self.error(f"{self.type} Layer cannot backpropagate to label inputs.")
+
+
+class ClassLabelLossLayer(LossLayer):
+    """A loss over N items of D values (scores or probabilities) with one class label per
+    item (HingeLoss, MultinomialLogisticLoss). reshape sets self.num (N) and self.dim (D)."""
+
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        self.num = bottom[0].shape[0]
+        self.dim = math.prod(bottom[0].shape[1:])
+        if bottom[1].count != self.num:
+            raise self.error(f"expected one label per item ({self.num}), got {bottom[1].count} "
+                             f"(label shape {bottom[1].shape})")  # fmt: skip

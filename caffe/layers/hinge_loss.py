@@ -3,32 +3,22 @@ loss = Σ max(0, 1 + t) / N (L1) or Σ max(0, 1 + t)² / N (L2). One-vs-all SVM 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from caffe.labels import class_indices
 from caffe.layer import register_layer
-from caffe.loss_layer import LossLayer
+from caffe.loss_layer import ClassLabelLossLayer
 from caffe.proto import caffe_pb2
 
 L1, L2 = caffe_pb2.HingeLossParameter.L1, caffe_pb2.HingeLossParameter.L2
 
 
 @register_layer("HingeLoss")
-class HingeLossLayer(LossLayer):
+class HingeLossLayer(ClassLabelLossLayer):
     def setup(self, bottom, top):
         self.norm = self.layer_param.hinge_loss_param.norm
         if self.norm not in (L1, L2):
             raise self.error(f"unknown hinge_loss_param.norm {self.norm}")
-
-    def reshape(self, bottom, top):
-        super().reshape(bottom, top)
-        self.num = bottom[0].shape[0]
-        self.dim = math.prod(bottom[0].shape[1:])
-        if bottom[1].count != self.num:
-            raise self.error(f"expected one label per item ({self.num}), got {bottom[1].count} "
-                             f"(label shape {bottom[1].shape})")  # fmt: skip
 
     def forward(self, bottom, top):
         x = bottom[0].data_tensor.reshape(self.num, self.dim)

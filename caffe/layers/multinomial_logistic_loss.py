@@ -4,27 +4,17 @@ each true class and 0 elsewhere."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from caffe.labels import class_indices
 from caffe.layer import register_layer
-from caffe.loss_layer import LossLayer
+from caffe.loss_layer import ClassLabelLossLayer
 
 LOG_THRESHOLD = 1e-20  # probabilities are clamped here before the log, as Caffe
 
 
 @register_layer("MultinomialLogisticLoss")
-class MultinomialLogisticLossLayer(LossLayer):
-    def reshape(self, bottom, top):
-        super().reshape(bottom, top)
-        self.num = bottom[0].shape[0]
-        self.dim = math.prod(bottom[0].shape[1:])
-        if bottom[1].count != self.num:
-            raise self.error(f"expected one label per item ({self.num}), got {bottom[1].count} "
-                             f"(label shape {bottom[1].shape})")  # fmt: skip
-
+class MultinomialLogisticLossLayer(ClassLabelLossLayer):
     def forward(self, bottom, top):
         prob = bottom[0].data_tensor.reshape(self.num, self.dim)
         index, _ = class_indices(self, bottom[1].data_tensor.reshape(-1), self.dim)
