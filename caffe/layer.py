@@ -143,6 +143,16 @@ class Layer:
         """A LayerError naming this layer (raise the result)."""
         return LayerError(f"Layer '{self.name}' (type {self.type}): {message}")
 
+    def image_shape(self, blob: Blob) -> list[int]:
+        """`blob`'s shape, which must be (num, channels, height, width) (LRN, Pooling)."""
+        shape = blob.shape
+        if len(shape) != 4:
+            raise self.error(
+                f"Input must have 4 axes, corresponding to (num, channels, height, width); "
+                f"bottom has shape {shape}"
+            )
+        return shape
+
     def allow_force_backward(self, bottom_index: int) -> bool:
         return True
 

@@ -41,13 +41,7 @@ class LRNLayer(Layer):
         self._saved: tuple[torch.Tensor, ...] | None = None
 
     def reshape(self, bottom, top):
-        shape = bottom[0].shape
-        if len(shape) != 4:
-            raise self.error(
-                f"Input must have 4 axes, corresponding to (num, channels, height, width); "
-                f"bottom has shape {shape}"
-            )
-        top[0].reshape(shape)
+        top[0].reshape(self.image_shape(bottom[0]))
 
     def _window_mean(self, t: torch.Tensor) -> torch.Tensor:
         half = (self.size - 1) // 2

@@ -95,12 +95,7 @@ class PoolingLayer(Layer):
 
     # ----- shapes -----------------------------------------------------------------------
     def reshape(self, bottom, top):
-        shape = bottom[0].shape
-        if len(shape) != 4:
-            raise self.error(
-                f"Input must have 4 axes, corresponding to (num, channels, height, width); "
-                f"bottom has shape {shape}"
-            )
+        shape = self.image_shape(bottom[0])
         hw = tuple(shape[2:])
         if self.global_pooling:
             self.kernel = hw
