@@ -24,39 +24,27 @@ from caffe.blob import Blob
 from caffe.common import compute_device
 from caffe.errors import LayerError, NetError
 from caffe.proto import caffe_pb2
+from caffe.registry import Registry
 
-_REGISTRY: dict[str, type[Layer]] = {}
+_REGISTRY: Registry[type[Layer]] = Registry("layer", NetError)
 L = TypeVar("L", bound="type[Layer]")
 
 
 def register_layer(type_name: str) -> Callable[[L], L]:
     """Class decorator: make `type_name` (as written in prototxt) create this class."""
-
-    def decorate(cls: L) -> L:
-        if type_name in _REGISTRY:
-            raise ValueError(f"layer type '{type_name}' registered twice")
-        _REGISTRY[type_name] = cls
-        cls.type_name = type_name
-        return cls
-
-    return decorate
+    return _REGISTRY.register(type_name)
 
 
 def layer_type_list() -> list[str]:
     """Registered type names, sorted (pycaffe's caffe.layer_type_list())."""
     _load_builtin_layers()
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def create_layer(param: caffe_pb2.LayerParameter, device: torch.device | None = None) -> Layer:
     """Instantiate the registered class for param.type; unknown types list the known ones."""
     _load_builtin_layers()
-    cls = _REGISTRY.get(param.type)
-    if cls is None:
-        known = ", ".join(sorted(_REGISTRY))
-        raise NetError(
-            f"Unknown layer type: '{param.type}' (layer '{param.name}'). Known types: {known}"
-        )
+    cls = _REGISTRY.lookup(param.type, f"layer '{param.name}'")
     if hasattr(cls, "create"):
         return cls.create(param, device)
     return cls(param, device=device)

@@ -12,38 +12,25 @@ from typing import TypeVar
 
 from caffe.errors import SolverError
 from caffe.proto import caffe_pb2
+from caffe.registry import Registry
 from caffe.solver import Solver
 
-_REGISTRY: dict[str, type[Solver]] = {}
+_REGISTRY: Registry[type[Solver]] = Registry("solver", SolverError)
 S = TypeVar("S", bound=type[Solver])
 
 
 def register_solver(type_name: str) -> Callable[[S], S]:
     """Class decorator: make SolverParameter.type == `type_name` create this class."""
-
-    def decorate(cls: S) -> S:
-        if type_name in _REGISTRY:
-            raise ValueError(f"solver type '{type_name}' registered twice")
-        _REGISTRY[type_name] = cls
-        cls.type_name = type_name
-        return cls
-
-    return decorate
+    return _REGISTRY.register(type_name)
 
 
 def solver_type_list() -> list[str]:
     """Registered solver types, sorted (as Caffe's SolverRegistry lists them)."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def solver_class(type_name: str) -> type[Solver]:
-    cls = _REGISTRY.get(type_name)
-    if cls is None:
-        raise SolverError(
-            f"Unknown solver type: '{type_name}' (solver field type). "
-            f"Known types: {', '.join(solver_type_list())}"
-        )
-    return cls
+    return _REGISTRY.lookup(type_name, "solver field type")
 
 
 def get_solver(
