@@ -1,5 +1,4 @@
 import gc
-import logging
 
 import numpy as np
 import pytest
@@ -17,16 +16,6 @@ TRAIN, TEST = caffe_pb2.TRAIN, caffe_pb2.TEST
 def data_text(source, batch_size, transform="", extra="backend: LMDB"):
     return f"""type: "Data" data_param {{ source: "{source}" batch_size: {batch_size} {extra} }}
         transform_param {{ {transform} }}"""
-
-
-@pytest.fixture
-def caffe_log(caplog):
-    """caplog for the 'caffe' logger (which does not propagate to the root logger)."""
-    logger = logging.getLogger("caffe")
-    logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO, logger="caffe")
-    yield caplog
-    logger.removeHandler(caplog.handler)
 
 
 @pytest.fixture

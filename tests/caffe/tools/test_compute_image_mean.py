@@ -1,21 +1,9 @@
-import logging
-
 import numpy as np
-import pytest
 
 from caffe.proto import caffe_pb2
 from caffe.tools import compute_image_mean
 from caffe.weights_io import read_blobproto
 from tests.caffe.data_fixtures import make_datum, write_db
-
-
-@pytest.fixture
-def caffe_log(caplog):
-    logger = logging.getLogger("caffe")
-    logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO, logger="caffe")
-    yield caplog
-    logger.removeHandler(caplog.handler)
 
 
 def test_mean_of_raw_records_written_as_legacy_blob(tmp_path, caffe_log):
