@@ -75,6 +75,15 @@ def make_solver(
     return solver
 
 
+def make_solver_at_w0(
+    directory: Path, solver_text: str, net: str | None = None, type_name: str | None = None
+):
+    """make_solver, with the net's weight and bias set to the starting values W0, B0."""
+    solver = make_solver(directory, solver_text, net, type_name)
+    set_weights(solver.net, [W0, B0])
+    return solver
+
+
 def fill_inputs(net, x: np.ndarray = X, y: np.ndarray = Y) -> None:
     net.blobs["data"].data[...] = x
     net.blobs["label"].data[...] = y

@@ -10,10 +10,9 @@ from tests.caffe.solver_harness import (
     W0,
     X,
     Y,
-    make_solver,
+    make_solver_at_w0,
     net_text,
     recorded_log,
-    set_weights,
     softmax_gradients,
     weights,
 )
@@ -22,9 +21,7 @@ SGD = "base_lr: 0.1\nmomentum: 0.9\nweight_decay: 0.01\nlr_policy: 'fixed'\n"
 
 
 def solver_at(tmp_path, text=SGD, net=None, name="s"):
-    solver = make_solver(tmp_path / name, text, net)
-    set_weights(solver.net, [W0, B0])
-    return solver
+    return make_solver_at_w0(tmp_path / name, text, net)
 
 
 def test_iter_size_two_equals_one_step_on_the_doubled_batch(tmp_path):

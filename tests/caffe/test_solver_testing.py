@@ -14,9 +14,9 @@ from tests.caffe.solver_harness import (
     B0,
     W0,
     make_solver,
+    make_solver_at_w0,
     net_text,
     recorded_log,
-    set_weights,
     softmax_gradients,
 )
 
@@ -55,8 +55,7 @@ def test_every_test_net_is_tested_in_order(tmp_path):
 @pytest.mark.parametrize("loss_weight", [None, 2.5])
 def test_test_outputs_are_means_with_loss_weight_suffix(tmp_path, loss_weight):
     text = BASE + "test_iter: 3\ntest_interval: 1\ntest_compute_loss: true\n"
-    solver = make_solver(tmp_path, text, net_text(loss_weight=loss_weight))
-    set_weights(solver.net, [W0, B0])
+    solver = make_solver_at_w0(tmp_path, text, net_text(loss_weight=loss_weight))
     with recorded_log() as log:
         solver.test_all()
     weight = 1.0 if loss_weight is None else loss_weight

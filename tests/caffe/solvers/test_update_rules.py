@@ -9,8 +9,7 @@ from tests.caffe.solver_harness import (
     B0,
     W0,
     ReferenceSolver,
-    make_solver,
-    set_weights,
+    make_solver_at_w0,
     softmax_gradients,
     weights,
 )
@@ -33,8 +32,7 @@ def solver_text(hyper: dict) -> str:
 
 
 def build(tmp_path, kind):
-    solver = make_solver(tmp_path, solver_text(HYPER[kind]), type_name=kind)
-    set_weights(solver.net, [W0, B0])
+    solver = make_solver_at_w0(tmp_path, solver_text(HYPER[kind]), type_name=kind)
     reference = ReferenceSolver(kind, HYPER[kind], LR_MULTS, DECAY_MULTS, num_params=2)
     return solver, reference
 
@@ -79,8 +77,7 @@ def test_step_runs_match_numpy_training(tmp_path, kind):
 def test_sgd_momentum_by_hand(tmp_path):
     # w = 0.3, g = 0.5, lr 0.1, momentum 0.9, weight decay 0 (decay_mult applies to W only):
     # h1 = 0.05, w1 = 0.25; h2 = 0.9·0.05 + 0.05 = 0.095, w2 = 0.155.
-    solver = make_solver(tmp_path, "base_lr: 0.1\nmomentum: 0.9\nlr_policy: 'fixed'\n", None)
-    set_weights(solver.net, [W0, B0])
+    solver = make_solver_at_w0(tmp_path, "base_lr: 0.1\nmomentum: 0.9\nlr_policy: 'fixed'\n", None)
     w = solver.net.learnable_params[0]
     for expected in (0.25, 0.155):
         w.diff[...] = 0.5
@@ -93,8 +90,7 @@ def test_adam_first_step_is_lr_times_sign(tmp_path):
     # t = 1: m = 0.1·g, v = 0.001·g², correction = sqrt(0.001)/0.1, so with delta ≈ 0
     # step = lr · sqrt(0.001)/0.1 · 0.1·g/(sqrt(0.001)·|g|) = lr·sign(g).
     text = "base_lr: 0.001\nmomentum: 0.9\nmomentum2: 0.999\ndelta: 1e-12\nlr_policy: 'fixed'\n"
-    solver = make_solver(tmp_path, text, type_name="Adam")
-    set_weights(solver.net, [W0, B0])
+    solver = make_solver_at_w0(tmp_path, text, type_name="Adam")
     grads = [np.where(W0 > 0, 3.0, -0.2), np.array([0.5, -7.0])]
     for blob, g in zip(solver.net.learnable_params, grads):
         blob.diff[...] = g
