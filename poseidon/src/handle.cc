@@ -1,8 +1,16 @@
 #include "poseidon/handle.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 
 namespace poseidon {
+
+int64_t steady_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 OpState::OpState(std::string what, uint32_t layer, int64_t iteration, std::string piece_noun,
                  std::vector<std::string> sources, uint64_t sends, std::weak_ptr<AbortSignal> abort,
@@ -16,7 +24,10 @@ OpState::OpState(std::string what, uint32_t layer, int64_t iteration, std::strin
       node_(std::move(node)),
       arrived_(sources_.size(), 0),
       pieces_left_(sources_.size()),
-      sends_left_(sends) {
+      sends_left_(sends),
+      queued_ns_(steady_clock_ns()) {
+  if (sends_left_ == 0) first_send_ns_ = queued_ns_;  // nothing to send: no sending phase
+  if (pieces_left_ == 0) all_in_ns_ = queued_ns_;
   maybe_complete_locked();
 }
 
@@ -24,7 +35,7 @@ bool OpState::piece_done(size_t i) {
   std::lock_guard<std::mutex> lock(mu_);
   if (i >= arrived_.size() || arrived_[i]) return false;
   arrived_[i] = 1;
-  --pieces_left_;
+  if (--pieces_left_ == 0) all_in_ns_ = steady_clock_ns();
   maybe_complete_locked();
   return true;
 }
@@ -32,6 +43,11 @@ bool OpState::piece_done(size_t i) {
 bool OpState::is_piece_done(size_t i) const {
   std::lock_guard<std::mutex> lock(mu_);
   return i < arrived_.size() && arrived_[i];
+}
+
+void OpState::send_started() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (first_send_ns_ == 0) first_send_ns_ = steady_clock_ns();
 }
 
 void OpState::send_done() {
@@ -43,6 +59,7 @@ void OpState::send_done() {
 void OpState::maybe_complete_locked() {
   if (!complete_ && !failed_ && pieces_left_ == 0 && sends_left_ == 0) {
     complete_ = true;
+    done_ns_ = steady_clock_ns();
     cv_.notify_all();
   }
 }
@@ -94,6 +111,19 @@ std::string OpState::missing() const {
     out += std::to_string(sends_left_) + " frame(s) still to write";
   }
   return out.empty() ? "nothing" : out;
+}
+
+HandleTiming OpState::timing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  HandleTiming t;
+  t.queued_ns = queued_ns_;
+  t.first_send_ns = first_send_ns_;
+  // Receiving ends no earlier than sending starts (Note [handle timing]).
+  if (pieces_left_ == 0 && first_send_ns_ != 0) {
+    t.last_receive_ns = std::max(all_in_ns_, first_send_ns_);
+  }
+  if (complete_) t.done_ns = done_ns_;
+  return t;
 }
 
 void OpState::wait(int timeout_ms) {

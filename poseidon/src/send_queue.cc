@@ -76,6 +76,7 @@ void SendQueue::run() {
     const Peer* peer = job.peer.get();
     busy_.insert(peer);
     lock.unlock();
+    if (job.on_start) job.on_start();
     SendOutcome outcome;
     try {
       job.peer->send(job.header, job.payload, job.bytes, Deadline::after_ms(io_timeout_ms_));

@@ -145,6 +145,7 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
       LayerCounters* counters = layer->counters;
       std::shared_ptr<AbortSignal> abort = plane_.abort;
       const std::string to = job.peer->remote().str();
+      job.on_start = [raw = op.get()] { raw->send_started(); };  // `done` keeps op alive
       job.done = [op, counters, abort, to, what, bytes = job.bytes](const SendOutcome& out) {
         if (!out.ok()) {
           // A lost connection is reported by its reader (see SendOutcome).

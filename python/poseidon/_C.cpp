@@ -241,6 +241,29 @@ PYBIND11_MODULE(_C, m) {
   m.def("make_plan", &make_plan, py::arg("specs"), py::arg("num_workers"), py::arg("num_servers"),
         py::arg("chunk_bytes") = kDefaultChunkBytes, py::arg("force") = SchemeChoice::kAuto);
 
+  m.def("steady_clock_ns", &steady_clock_ns,
+        "Now on the core's clock (std::chrono::steady_clock = CLOCK_MONOTONIC, the clock of "
+        "time.perf_counter_ns()), in ns.");
+
+  py::class_<HandleTiming>(m, "HandleTiming",
+                           "When an operation was queued, started sending, had every reply and "
+                           "completed: ns on time.perf_counter_ns()'s clock; 0 = not yet.")
+      .def_readonly("queued_ns", &HandleTiming::queued_ns)
+      .def_readonly("first_send_ns", &HandleTiming::first_send_ns)
+      .def_readonly("last_receive_ns", &HandleTiming::last_receive_ns)
+      .def_readonly("done_ns", &HandleTiming::done_ns)
+      .def("__iter__",
+           [](const HandleTiming& t) {
+             return py::iter(
+                 py::make_tuple(t.queued_ns, t.first_send_ns, t.last_receive_ns, t.done_ns));
+           })
+      .def("__repr__", [](const HandleTiming& t) {
+        return "HandleTiming(queued_ns=" + std::to_string(t.queued_ns) +
+               ", first_send_ns=" + std::to_string(t.first_send_ns) +
+               ", last_receive_ns=" + std::to_string(t.last_receive_ns) +
+               ", done_ns=" + std::to_string(t.done_ns) + ")";
+      });
+
   py::class_<PyHandle>(m, "Handle", "An asynchronous push_pull or allgather.")
       .def(
           "wait",
@@ -249,6 +272,9 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("timeout_ms") = py::none(), Release())
       .def("test", [](const PyHandle& h) { return h.handle.test(); })
+      .def(
+          "timing", [](const PyHandle& h) { return h.handle.timing(); },
+          "Phase times of the operation (HandleTiming); non-blocking, any thread.")
       .def_property_readonly("layer", [](const PyHandle& h) { return h.handle.layer(); })
       .def_property_readonly("iteration", [](const PyHandle& h) { return h.handle.iteration(); });
 

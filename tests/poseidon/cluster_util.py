@@ -42,20 +42,32 @@ class ThreadCluster:
     config: Config
     errors: dict[str, BaseException] = field(default_factory=dict)
     threads: list[threading.Thread] = field(default_factory=list)
+    # colocated: worker r reaches shard r through its in-process door.
+    local_servers: list[str] = field(default_factory=list)
 
     def worker_config(self, rank: int) -> object:
-        return self.config.replace(role="worker", rank=rank).to_native()
+        native = self.config.replace(role="worker", rank=rank).to_native()
+        if rank < len(self.local_servers):
+            native.local_server = self.local_servers[rank]
+        return native
 
 
 @contextlib.contextmanager
-def thread_cluster(workers: int, servers: int, **changes: object) -> Iterator[ThreadCluster]:
+def thread_cluster(
+    workers: int, servers: int, colocated: bool = False, **changes: object
+) -> Iterator[ThreadCluster]:
+    """Coordinator and `servers` shards on threads; with `colocated`, worker r dials
+    shard r in-process (Config.local_server), as a worker running its own shard does."""
     cfg = base_config(workers, servers, **changes)
     coordinator = _C.Coordinator(cfg.replace(role="coordinator").to_native())
     cluster = ThreadCluster(cfg.replace(coordinator=coordinator.address))
     nodes: list[tuple[str, object]] = [("coordinator", coordinator)]
     for s in range(servers):
         native = cluster.config.replace(role="server", rank=s).to_native()
-        nodes.append((f"server {s}", _C.KVServer(native)))
+        server = _C.KVServer(native)
+        nodes.append((f"server {s}", server))
+        if colocated:
+            cluster.local_servers.append(server.local_address)
 
     def run(name: str, node: object) -> None:
         try:

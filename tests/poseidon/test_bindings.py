@@ -179,6 +179,47 @@ def test_sfb_factor_views() -> None:
                 )
 
 
+def test_core_clock_is_perf_counter_ns() -> None:
+    # steady_clock is CLOCK_MONOTONIC, as is time.perf_counter_ns(): readings interleave.
+    for _ in range(100):
+        a = time.perf_counter_ns()
+        c = _C.steady_clock_ns()
+        b = time.perf_counter_ns()
+        assert a <= c <= b
+
+
+@pytest.mark.parametrize("colocated", [False, True])
+def test_handle_timing_is_ordered_on_the_perf_counter_clock(colocated: bool) -> None:
+    timings: list[tuple[int, ...]] = []
+    with thread_cluster(2, 2, colocated=colocated) as cluster:
+
+        def body(w: _C.Worker, rank: int) -> None:
+            w.plan([spec(0, 50_000), spec(1, 300, _C.SchemeChoice.SFB)])
+            a = np.ones(50_000, dtype=np.float32)
+            w.register_layer(0, a)
+            w.register_sfb_layer(1, 1000)
+            for it in range(3):
+                before = time.perf_counter_ns()
+                h = w.push_pull(0, it)
+                g = w.allgather(1, it, np.full(100, rank, dtype=np.float32))
+                assert h.timing().queued_ns >= before
+                h.wait()
+                g.wait()
+                after = time.perf_counter_ns()
+                timings.extend((before, *x.timing(), after) for x in (h, g))
+                assert np.all(a == 2.0)
+                a.fill(1)
+            w.shutdown()
+
+        errors = run_workers(cluster, body, 2)
+        assert not errors, errors
+    assert not cluster.errors, cluster.errors
+    assert len(timings) == 2 * 3 * 2
+    for t in timings:
+        before, queued, first_send, last_receive, done, after = t
+        assert before <= queued <= first_send <= last_receive <= done <= after, t
+
+
 def test_cost_model_from_python_matches_reference_table() -> None:
     c = _C.comm_cost(4096, 25088, 32, 16, 16)
     assert round(c.sfb_bytes / 1e6) == 112

@@ -8,6 +8,23 @@
 // A failed operation carries a PeerFailure naming the origin, layer and
 // iteration; a wait that times out names the pieces still missing and the
 // peers that owe them.
+//
+// Note [handle timing]: an operation records when it entered each of four
+// consecutive phases, in nanoseconds on std::chrono::steady_clock — on Linux
+// CLOCK_MONOTONIC, the clock of Python's time.perf_counter_ns() and
+// time.monotonic_ns(), so the values line up with a Python trace:
+//   queued_ns        push_pull / allgather was called (the op was created);
+//   first_send_ns    the first of its frames left the priority queue: a comm
+//                    thread is about to hand its first byte to the transport;
+//   last_receive_ns  the last reply (PS) or factor (SFB) it waits for was in;
+//   done_ns          it completed (every piece in and every frame written).
+// A phase not reached yet reads 0 (done_ns stays 0 for a failed op), and
+// queued_ns <= first_send_ns <= last_receive_ns <= done_ns whenever they are
+// set. Phases are entered in that order by definition: an op with nothing to
+// send (allgather with one worker) enters "sending" when queued, and an SFB
+// op whose peers' factors were all in before its own first frame left (a
+// peer one iteration ahead) finishes receiving when it starts sending. A PS
+// op needs neither rule: a shard answers only after reading our push.
 
 #include <condition_variable>
 #include <cstdint>
@@ -21,6 +38,18 @@
 #include "poseidon/errors.h"
 
 namespace poseidon {
+
+// Now on std::chrono::steady_clock, in nanoseconds (see Note [handle timing]).
+// Non-blocking, thread-safe.
+int64_t steady_clock_ns();
+
+// See Note [handle timing]. All in ns on steady_clock; 0: phase not reached.
+struct HandleTiming {
+  int64_t queued_ns = 0;
+  int64_t first_send_ns = 0;
+  int64_t last_receive_ns = 0;
+  int64_t done_ns = 0;
+};
 
 class OpState {
  public:
@@ -36,6 +65,9 @@ class OpState {
   // Marks piece i arrived. Returns false if it had already arrived.
   bool piece_done(size_t i);
   bool is_piece_done(size_t i) const;
+  // A comm thread is about to write one of the op's frames (the first call
+  // sets first_send_ns). Thread-safe, never blocks for long.
+  void send_started();
   void send_done();
   // Fails the op (first failure wins; no-op once complete).
   void fail(const Failure& failure);
@@ -54,6 +86,8 @@ class OpState {
   const std::string& what() const { return what_; }
   // "chunks 2,5 from server 1 (...); 1 frame(s) still to write".
   std::string missing() const;
+  // Non-blocking (a short internal lock), thread-safe.
+  HandleTiming timing() const;
 
  private:
   void maybe_complete_locked();
@@ -74,6 +108,11 @@ class OpState {
   bool complete_ = false;
   bool failed_ = false;
   Failure failure_;
+  // Raw phase times, ns on steady_clock; timing() derives the reported ones.
+  const int64_t queued_ns_;
+  int64_t first_send_ns_ = 0;
+  int64_t all_in_ns_ = 0;  // when pieces_left_ reached 0
+  int64_t done_ns_ = 0;
 };
 
 // What push_pull / allgather return. Cheap to copy; all copies share the op.
@@ -85,6 +124,10 @@ class Handle {
   void wait(int timeout_ms) const { state_->wait(timeout_ms); }
   // Non-blocking; true when complete; throws if failed. Thread-safe.
   bool test() const { return state_->test(); }
+  // When the op was queued, started sending, had every reply, completed (ns
+  // on steady_clock; 0 = not yet). See Note [handle timing]. Non-blocking,
+  // thread-safe.
+  HandleTiming timing() const { return state_->timing(); }
   uint32_t layer() const { return state_->layer(); }
   int64_t iteration() const { return state_->iteration(); }
   bool valid() const { return static_cast<bool>(state_); }

@@ -42,6 +42,11 @@ struct SendJob {
   FrameHeader header;             // type and key; sender fields filled by Peer
   const void* payload = nullptr;  // borrowed: must stay valid until `done` runs
   size_t bytes = 0;
+  // Optional. Runs once on the comm thread that took the job, just before
+  // the frame's first byte is handed to the transport (never for a job
+  // cancelled in the queue). Must not throw or block; it runs before `done`,
+  // so it may borrow what `done` keeps alive.
+  std::function<void()> on_start;
   // Runs once on a comm thread after the frame is written or failed, or on
   // cancel_all (error = the cancel reason). Must not throw and must not push
   // to this queue.
