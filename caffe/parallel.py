@@ -349,7 +349,7 @@ class PoseidonSync:
         else:
             self._rebuild_from_factors(s, scale)
         if self.timeline is not None:
-            self._record_sync(s, waited, done)
+            self._record_sync(s, handle.timing(), waited, done)
 
     def _complete(self, s: LayerSyncer) -> None:
         """Receive, then apply the deferred update of the layer's parameters."""
@@ -438,13 +438,21 @@ class PoseidonSync:
     def _now(self) -> float:
         return self.timeline.now_us() if self.timeline is not None else time.perf_counter() * 1e6
 
-    def _record_sync(self, s: LayerSyncer, waited_us: float, done_us: float) -> None:
+    def _record_sync(
+        self, s: LayerSyncer, timing: _C.HandleTiming, waited_us: float, done_us: float
+    ) -> None:
         sent, received = self.worker.traffic().get(s.index, (0, 0))
         delta = (sent - s.bytes_seen[0], received - s.bytes_seen[1])
         s.bytes_seen = (sent, received)
+        queued, first_send, last_receive, done = (self.timeline.from_clock_ns(t) for t in timing)
+        if timing.first_send_ns:
+            self.timeline.span(s.name, "queued", queued, first_send, iteration=s.iteration)
+            if timing.last_receive_ns:
+                self.timeline.span(s.name, "sending", first_send, last_receive,
+                                   iteration=s.iteration)  # fmt: skip
         self.timeline.span(
-            s.name, "sync", s.submitted_us, done_us, iteration=s.iteration, scheme=s.scheme,
-            bytes_sent=delta[0], bytes_received=delta[1],
+            s.name, "sync", s.submitted_us, done if timing.done_ns else done_us,
+            iteration=s.iteration, scheme=s.scheme, bytes_sent=delta[0], bytes_received=delta[1],
         )  # fmt: skip
         self.timeline.span(s.name, "wait", waited_us, done_us, iteration=s.iteration)
 

@@ -14,8 +14,11 @@ import threading
 import time
 from typing import Any
 
-# One row per kind of activity, in the order they are listed in the viewer.
-LANES = {"compute": 1, "sync": 2, "wait": 3, "apply": 4}
+# One row per kind of activity, in the order they are listed in the viewer: compute
+# (forward/backward per layer), sync (a layer's whole round: handed to the comm core until
+# done), queued (waiting in the comm core's priority queue), sending (first byte out until
+# the last reply in), wait (the training thread blocked on it), apply (deferred update).
+LANES = {"compute": 1, "sync": 2, "queued": 3, "sending": 4, "wait": 5, "apply": 6}
 
 
 class Timeline:
@@ -30,6 +33,10 @@ class Timeline:
 
     def now_us(self) -> float:
         return (time.perf_counter_ns() - self._origin_ns) / 1000.0
+
+    def from_clock_ns(self, ns: int) -> float:
+        """A time.perf_counter_ns() reading (the comm core's clock too) on this timeline."""
+        return (ns - self._origin_ns) / 1000.0
 
     def span(self, name: str, lane: str, start_us: float, end_us: float, **args: Any) -> None:
         """Record `name` from start_us to end_us (both from now_us()) on a lane of LANES."""

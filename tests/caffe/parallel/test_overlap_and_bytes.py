@@ -56,6 +56,23 @@ def test_each_layer_sync_starts_before_the_backward_below_ends(tmp_path, sync):
                 assert start < ends[below], f"rank {rank} iteration {iteration} layer {layer}"
                 checked += 1
         assert checked == 3 * ITERS
+        assert_phases_in_order(events)
+
+
+def assert_phases_in_order(events: list[dict]) -> None:
+    """Per layer and iteration: queued, then sending, within the whole sync round."""
+    spans = {(e["cat"], e["name"], e["args"]["iteration"]): e for e in events
+             if e["cat"] in ("sync", "queued", "sending")}  # fmt: skip
+    rounds = [key for key in spans if key[0] == "sync" and key[2] >= 0]
+    assert rounds
+    for _, name, iteration in rounds:
+        sync = spans[("sync", name, iteration)]
+        queued = spans[("queued", name, iteration)]
+        sending = spans[("sending", name, iteration)]
+        slack = 1.0  # µs: the clocks agree, float rounding does not quite
+        assert sync["ts"] - slack <= queued["ts"]
+        assert queued["ts"] + queued["dur"] <= sending["ts"] + slack
+        assert sending["ts"] + sending["dur"] <= sync["ts"] + sync["dur"] + slack
 
 
 def test_without_overlap_every_sync_starts_after_the_whole_backward(tmp_path):
