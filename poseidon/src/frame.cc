@@ -46,6 +46,8 @@ bool known_type(uint16_t t) {
     case FrameType::kPush:
     case FrameType::kPullReply:
     case FrameType::kFactor:
+    case FrameType::kPushInPlace:
+    case FrameType::kPullDone:
       return true;
   }
   return false;
@@ -87,6 +89,10 @@ std::string frame_type_name(uint16_t type) {
       return "PULL_REPLY";
     case FrameType::kFactor:
       return "FACTOR";
+    case FrameType::kPushInPlace:
+      return "PUSH_IN_PLACE";
+    case FrameType::kPullDone:
+      return "PULL_DONE";
   }
   return "TYPE(" + std::to_string(type) + ")";
 }
@@ -157,6 +163,9 @@ std::string decode_header(const uint8_t* b, size_t size, size_t max_payload_byte
   h.payload_bytes = payload;
   if (is_data_frame(h.type) && payload % 4 != 0) {
     return "data frame payload of " + std::to_string(payload) + " bytes is not whole floats";
+  }
+  if ((h.type == FrameType::kPushInPlace || h.type == FrameType::kPullDone) && payload != 0) {
+    return frame_type_name(type) + " with a payload of " + std::to_string(payload) + " bytes";
   }
   *out = h;
   return "";

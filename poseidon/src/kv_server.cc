@@ -27,25 +27,32 @@ KVServer::KVServer(const Config& config) : config_(config) {
   acceptor_ = std::make_unique<Acceptor>(
       std::move(listener), self_, config_.token, config_.handshake_timeout_ms,
       [this](const NodeId& id) { return admit(id); },
-      [this](std::unique_ptr<Connection> conn, const NodeId& id) { on_peer(std::move(conn), id); },
+      [this](std::unique_ptr<Connection> conn, const NodeId& id) {
+        on_peer(std::move(conn), id, false);
+      },
       self_.str());
   // A second door for a worker of this process (Config::local_server).
   local_transport_ = make_inproc_transport();
   std::unique_ptr<Listener> local = local_transport_->listen("inproc://");
   local_address_ = local->address();
+  link_ = ColocatedLink::open(local_address_);  // Note [in-place rounds]
   local_acceptor_ = std::make_unique<Acceptor>(
       std::move(local), self_, config_.token, config_.handshake_timeout_ms,
       [this](const NodeId& id) { return admit(id); },
-      [this](std::unique_ptr<Connection> conn, const NodeId& id) { on_peer(std::move(conn), id); },
+      [this](std::unique_ptr<Connection> conn, const NodeId& id) {
+        on_peer(std::move(conn), id, true);
+      },
       self_.str());
 }
 
 KVServer::~KVServer() {
   if (!torn_down_) teardown(abort_->tripped());
+  link_->close();
 }
 
 ServerStats KVServer::stats() const {
-  return ServerStats{rounds_.load(), bytes_in_.load(), bytes_out_.load(), rejected_.load()};
+  return ServerStats{rounds_.load(),   bytes_in_.load(),        bytes_out_.load(),
+                     rejected_.load(), rounds_in_place_.load(), sums_merged_.load()};
 }
 
 void KVServer::abort(const std::string& reason) { abort_->trip(Failure{self_.str(), reason}); }
@@ -61,7 +68,7 @@ std::string KVServer::admit(const NodeId& id) {
   return "";
 }
 
-void KVServer::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
+void KVServer::on_peer(std::unique_ptr<Connection> conn, const NodeId& id, bool local) {
   auto peer = std::make_shared<Peer>(std::move(conn), self_, id,
                                      Peer::Options{config_.max_frame_bytes, config_.timeout_ms});
   {
@@ -77,13 +84,21 @@ void KVServer::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
   std::weak_ptr<Peer> weak = peer;
   auto bounce = std::make_shared<std::vector<float>>();
   peer->start(
-      [this, weak, bounce](Peer&, const FrameHeader& h) {
+      [this, weak, bounce, local](Peer&, const FrameHeader& h) {
         std::shared_ptr<Peer> self_peer = weak.lock();
         if (!self_peer) return;
         if (h.type == FrameType::kAbort) {
           // A worker that aborted tells us why before it closes.
           const std::vector<uint8_t> body = self_peer->read_body();
           abort_->trip(decode_failure(body.data(), body.size()));
+          return;
+        }
+        if (h.type == FrameType::kPushInPlace) {
+          if (!local) {
+            reject("PUSH_IN_PLACE from " + self_peer->remote().str() +
+                   " outside the shard's in-process door (Config::local_server)");
+          }
+          on_push_in_place(self_peer, h);
           return;
         }
         if (h.type != FrameType::kPush) {
@@ -139,13 +154,7 @@ void KVServer::build_slots(const Plan& plan) {
   cv_.notify_all();
 }
 
-void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
-                       std::vector<float>& bounce) {
-  if (!wait_ready()) return;  // aborted: teardown closes this connection
-  const NodeId& from = peer->remote();
-  const std::string push = "push from " + from.str() + " for layer " + std::to_string(h.layer) +
-                           " chunk " + std::to_string(h.chunk) + " iteration " +
-                           std::to_string(h.iteration);
+ChunkRound* KVServer::find_round(const FrameHeader& h, const std::string& push) {
   auto lit = layers_.find(h.layer);  // layers_ is immutable once ready_
   if (lit == layers_.end())
     reject(push + ": layer " + std::to_string(h.layer) + " is not in the plan");
@@ -162,61 +171,97 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
            std::to_string(plan_.shard_of(*ls.plan, h.chunk)) + ", not server " +
            std::to_string(config_.rank));
   }
+  return slot;
+}
+
+bool KVServer::join_round(ChunkRound* slot, std::unique_lock<std::mutex>& lock,
+                          const FrameHeader& h, const std::string& push, const NodeId& from,
+                          const Deadline& deadline) {
+  // The next round's first push may arrive while this round's sums are
+  // still being written (from the buffer it would be read into): wait.
+  slot->cv.wait_until(lock, deadline.time_point(), [&] {
+    return abort_->tripped() || !(slot->phase == ChunkRound::Phase::kSending &&
+                                  h.iteration == slot->round_iteration + 1);
+  });
+  if (abort_->tripped()) return false;
+  if (slot->phase == ChunkRound::Phase::kSending) {
+    if (h.iteration == slot->round_iteration + 1) {
+      throw TimeoutError(self_.str() + ": " + push + " waited " +
+                         std::to_string(config_.timeout_ms) + " ms for the sums of iteration " +
+                         std::to_string(slot->round_iteration) + " to be sent");
+    }
+    reject(push + ": iteration mismatch: the round of iteration " +
+           std::to_string(slot->round_iteration) + " is being answered");
+  }
+  if (slot->phase == ChunkRound::Phase::kAccumulating && h.iteration != slot->round_iteration) {
+    reject(push + ": iteration mismatch: the round in progress is iteration " +
+           std::to_string(slot->round_iteration));
+  }
+  if (slot->phase == ChunkRound::Phase::kIdle) {
+    if (slot->last_completed != ChunkRound::kNoIteration &&
+        h.iteration != slot->last_completed + 1) {
+      reject(push + ": iteration mismatch: expected iteration " +
+             std::to_string(slot->last_completed + 1) + " (iteration " +
+             std::to_string(slot->last_completed) + " was the last completed)");
+    }
+    slot->phase = ChunkRound::Phase::kAccumulating;
+    slot->round_iteration = h.iteration;
+    coord_->set_progress(h.iteration, h.layer);  // for our heartbeats
+    std::fill(slot->pushed.begin(), slot->pushed.end(), 0);
+    slot->arrived = 0;
+    slot->direct_claimed = false;
+    slot->in_place_rank = -1;
+    slot->in_place = nullptr;
+    slot->into_sum = 0;
+    slot->sum_busy = 0;
+    slot->merged = false;
+  }
+  const size_t rank = static_cast<size_t>(from.rank);
+  if (slot->pushed[rank]) reject(push + ": duplicate push from " + from.str() + " in this round");
+  slot->pushed[rank] = 1;
+  return true;
+}
+
+void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
+                       std::vector<float>& bounce) {
+  if (!wait_ready()) return;  // aborted: teardown closes this connection
+  const NodeId& from = peer->remote();
+  const std::string push = "push from " + from.str() + " for layer " + std::to_string(h.layer) +
+                           " chunk " + std::to_string(h.chunk) + " iteration " +
+                           std::to_string(h.iteration);
+  ChunkRound* slot = find_round(h, push);
   const uint64_t want = uint64_t{slot->floats} * 4;
   if (h.payload_bytes != want) {
     reject(push + ": size mismatch: " + std::to_string(h.payload_bytes) + " bytes, the chunk is " +
            std::to_string(want) + " bytes (" + std::to_string(slot->floats) + " floats)");
   }
-  const size_t rank = static_cast<size_t>(from.rank);
   const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
-  bool direct = false;
+  // Where the bytes go: straight into `sum` (the round's first push), added
+  // into `sum`, or added into the colocated worker's range (Note [in-place
+  // rounds]).
+  enum class Into { kSum, kAddToSum, kAddToRange } into = Into::kSum;
+  float* range = nullptr;
+  int lender = -1;
   {
     std::unique_lock<std::mutex> lock(slot->mu);
-    // The next round's first push may arrive while this round's sums are
-    // still being written (from the same buffer): wait for them.
-    slot->cv.wait_until(lock, deadline.time_point(), [&] {
-      return abort_->tripped() || !(slot->phase == ChunkRound::Phase::kSending &&
-                                    h.iteration == slot->round_iteration + 1);
-    });
-    if (abort_->tripped()) return;
-    if (slot->phase == ChunkRound::Phase::kSending) {
-      if (h.iteration == slot->round_iteration + 1) {
-        throw TimeoutError(self_.str() + ": " + push + " waited " +
-                           std::to_string(config_.timeout_ms) + " ms for the sums of iteration " +
-                           std::to_string(slot->round_iteration) + " to be sent");
-      }
-      reject(push + ": iteration mismatch: the round of iteration " +
-             std::to_string(slot->round_iteration) + " is being answered");
+    if (!join_round(slot, lock, h, push, from, deadline)) return;
+    slot->reply_to[static_cast<size_t>(from.rank)] = peer;
+    if (slot->in_place_rank >= 0) {
+      into = Into::kAddToRange;
+      range = slot->in_place;
+      lender = slot->in_place_rank;
+    } else {
+      ++slot->into_sum;
+      ++slot->sum_busy;
+      into = slot->direct_claimed ? Into::kAddToSum : Into::kSum;
+      if (into == Into::kSum) slot->direct_claimed = slot->direct_busy = true;
     }
-    if (slot->phase == ChunkRound::Phase::kAccumulating && h.iteration != slot->round_iteration) {
-      reject(push + ": iteration mismatch: the round in progress is iteration " +
-             std::to_string(slot->round_iteration));
-    }
-    if (slot->phase == ChunkRound::Phase::kIdle) {
-      if (slot->last_completed != ChunkRound::kNoIteration &&
-          h.iteration != slot->last_completed + 1) {
-        reject(push + ": iteration mismatch: expected iteration " +
-               std::to_string(slot->last_completed + 1) + " (iteration " +
-               std::to_string(slot->last_completed) + " was the last completed)");
-      }
-      slot->phase = ChunkRound::Phase::kAccumulating;
-      slot->round_iteration = h.iteration;
-      coord_->set_progress(h.iteration, h.layer);  // for our heartbeats
-      std::fill(slot->pushed.begin(), slot->pushed.end(), 0);
-      slot->arrived = 0;
-      slot->direct_claimed = false;
-    }
-    if (slot->pushed[rank]) reject(push + ": duplicate push from " + from.str() + " in this round");
-    slot->pushed[rank] = 1;
-    slot->reply_to[rank] = peer;
-    direct = !slot->direct_claimed;
-    if (direct) slot->direct_claimed = slot->direct_busy = true;
   }
   const size_t bytes = slot->floats * 4;
-  if (direct) {
+  if (into == Into::kSum) {
     peer->read_payload(slot->sum.data(), bytes);
   } else {
-    {
+    if (into == Into::kAddToSum) {
       // Later pushes are added in place, so the first must be in the sum.
       std::unique_lock<std::mutex> lock(slot->mu);
       slot->cv.wait_until(lock, deadline.time_point(),
@@ -232,42 +277,135 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
     // straight from the writer's memory (in-process): the push never makes
     // a round trip through a chunk-sized scratch buffer in DRAM.
     if (bounce.size() < kBounceFloats) bounce.resize(kBounceFloats);
+    float* dst = into == Into::kAddToSum ? slot->sum.data() : range;
     size_t at = 0;  // floats added so far
     peer->read_payload_pieces(
         bytes, reinterpret_cast<uint8_t*>(bounce.data()), kBounceFloats * 4,
         [&](const uint8_t* data, size_t size) {
           const size_t n = size / 4;
           std::lock_guard<std::mutex> lock(slot->mu);  // adders of a chunk take turns
-          add_floats(slot->sum.data() + at, data, n);
+          if (into == Into::kAddToSum) {
+            add_floats(dst + at, data, n);
+          } else if (ScopedUse use(*link_, lender); use) {
+            add_floats(dst + at, data, n);  // else revoked: the job is ending
+          }
           at += n;
         });
   }
   bytes_in_ += bytes;
   std::vector<SendJob> replies;
   {
-    std::unique_lock<std::mutex> lock(slot->mu);
-    if (direct) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    if (into != Into::kAddToRange) --slot->sum_busy;
+    if (into == Into::kSum) {
       slot->direct_busy = false;
       slot->cv.notify_all();
     }
-    if (++slot->arrived < plan_.num_workers) return;
-    slot->phase = ChunkRound::Phase::kSending;
-    slot->sends_left = plan_.num_workers;
-    for (size_t r = 0; r < slot->reply_to.size(); ++r) {
-      SendJob job;
-      job.peer = slot->reply_to[r];
-      job.header.type = FrameType::kPullReply;
-      job.header.layer = h.layer;
-      job.header.chunk = h.chunk;
-      job.header.iteration = slot->round_iteration;
-      job.payload = slot->sum.data();
-      job.bytes = slot->floats * 4;
-      const NodeId to = job.peer->remote();
-      job.done = [this, slot, to](const SendOutcome& out) { reply_done(slot, out, to); };
-      replies.push_back(std::move(job));
-    }
+    ++slot->arrived;
+    replies = advance_locked(slot);
   }
   for (SendJob& job : replies) queue_->push(std::move(job));
+}
+
+void KVServer::on_push_in_place(const std::shared_ptr<Peer>& peer, const FrameHeader& h) {
+  if (!wait_ready()) return;
+  const NodeId& from = peer->remote();
+  const std::string push = "in-place push from " + from.str() + " for layer " +
+                           std::to_string(h.layer) + " chunk " + std::to_string(h.chunk) +
+                           " iteration " + std::to_string(h.iteration);
+  ChunkRound* slot = find_round(h, push);
+  const LayerPlan& lp = *slot->layer;
+  const ColocatedLink::Range range = link_->range(from.rank, h.layer);
+  if (!range.lent) reject(push + ": that worker has not lent this layer's range");
+  if (range.num_floats != lp.spec.num_floats) {
+    reject(push + ": the range lent holds " + std::to_string(range.num_floats) +
+           " floats, the layer " + std::to_string(lp.spec.num_floats));
+  }
+  const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
+  std::vector<SendJob> replies;
+  {
+    std::unique_lock<std::mutex> lock(slot->mu);
+    if (!join_round(slot, lock, h, push, from, deadline)) return;
+    slot->reply_to[static_cast<size_t>(from.rank)] = peer;  // for PULL_DONE
+    slot->in_place_rank = from.rank;
+    slot->in_place = range.data + lp.chunk_offset(h.chunk);
+    ++slot->arrived;
+    replies = advance_locked(slot);
+  }
+  for (SendJob& job : replies) queue_->push(std::move(job));
+}
+
+std::vector<SendJob> KVServer::advance_locked(ChunkRound* slot) {
+  std::vector<SendJob> out;
+  const int lender = slot->in_place_rank;
+  if (lender >= 0 && slot->into_sum > 0 && slot->sum_busy == 0 && !slot->merged) {
+    // The pushes that went to `sum` before the range came are all read.
+    if (ScopedUse use(*link_, lender); use) {
+      add_floats(slot->in_place, reinterpret_cast<const uint8_t*>(slot->sum.data()), slot->floats);
+    }
+    slot->merged = true;
+    ++sums_merged_;
+  }
+  if (slot->arrived < plan_.num_workers) return out;
+  slot->phase = ChunkRound::Phase::kSending;
+  const float* total = lender >= 0 ? slot->in_place : slot->sum.data();
+  for (size_t r = 0; r < slot->reply_to.size(); ++r) {
+    if (static_cast<int>(r) == lender) continue;  // it holds the total already
+    // Each reply written from the range is a use of it, ended when written.
+    if (lender >= 0 && !link_->begin_use(lender)) {
+      // Revoked: the colocated worker is failing or gone, and the job with it.
+      for (size_t i = 0; i < out.size(); ++i) link_->end_use(lender);
+      out.clear();
+      slot->sends_left = 0;
+      return out;  // the round stays unanswered; the abort reports it
+    }
+    SendJob job;
+    job.peer = slot->reply_to[r];
+    job.header.type = FrameType::kPullReply;
+    job.header.layer = slot->layer->spec.layer_id;
+    job.header.chunk = slot->chunk;
+    job.header.iteration = slot->round_iteration;
+    job.order = slot->chunk;
+    job.payload = total;
+    job.bytes = slot->floats * 4;
+    const NodeId to = job.peer->remote();
+    job.done = [this, slot, to, lender](const SendOutcome& outcome) {
+      if (lender >= 0) link_->end_use(lender);
+      reply_done(slot, outcome, to);
+    };
+    out.push_back(std::move(job));
+  }
+  slot->sends_left = static_cast<int>(out.size());
+  if (out.empty()) finish_round_locked(slot, &out);  // one worker, in place: nothing to send
+  return out;
+}
+
+void KVServer::finish_round_locked(ChunkRound* slot, std::vector<SendJob>* out) {
+  slot->last_completed = slot->round_iteration;
+  slot->phase = ChunkRound::Phase::kIdle;
+  ++rounds_;
+  if (slot->in_place_rank >= 0) {
+    ++rounds_in_place_;
+    SendJob job;
+    job.peer = slot->reply_to[static_cast<size_t>(slot->in_place_rank)];
+    job.header.type = FrameType::kPullDone;
+    job.header.layer = slot->layer->spec.layer_id;
+    job.header.chunk = slot->chunk;
+    job.header.iteration = slot->round_iteration;
+    job.order = slot->chunk;
+    const NodeId to = job.peer->remote();
+    const std::string what = slot->key() + " iteration " + std::to_string(slot->round_iteration);
+    job.done = [this, to, what](const SendOutcome& outcome) {
+      // A lost connection is reported by its reader (see SendOutcome).
+      if (!outcome.ok() && !outcome.connection_lost) {
+        abort_->trip(Failure{to.str(), self_.str() + " could not tell " + to.str() + " that " +
+                                           what + " is summed in place: " + outcome.error});
+      }
+    };
+    out->push_back(std::move(job));
+  }
+  std::fill(slot->reply_to.begin(), slot->reply_to.end(), nullptr);
+  slot->cv.notify_all();
 }
 
 void KVServer::reply_done(ChunkRound* slot, const SendOutcome& out, const NodeId& to) {
@@ -282,13 +420,13 @@ void KVServer::reply_done(ChunkRound* slot, const SendOutcome& out, const NodeId
   // for this round to finish sending, and must get back to its connection to
   // see it is gone.
   if (out.ok()) bytes_out_ += slot->floats * 4;
-  std::lock_guard<std::mutex> lock(slot->mu);
-  if (--slot->sends_left > 0) return;
-  slot->last_completed = slot->round_iteration;
-  slot->phase = ChunkRound::Phase::kIdle;
-  std::fill(slot->reply_to.begin(), slot->reply_to.end(), nullptr);
-  ++rounds_;
-  slot->cv.notify_all();
+  std::vector<SendJob> done;
+  {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    if (--slot->sends_left > 0) return;
+    finish_round_locked(slot, &done);
+  }
+  for (SendJob& job : done) queue_->push(std::move(job));  // PULL_DONE
 }
 
 std::string KVServer::pending_summary() const {

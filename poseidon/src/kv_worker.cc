@@ -1,6 +1,18 @@
 #include "poseidon/kv_worker.h"
 
 namespace poseidon {
+namespace {
+
+// Note [push order]: the place of chunk `c` among the layer's frames.
+uint64_t push_order(const LayerPlan& lp, uint32_t c, int num_servers, int rank, bool in_place) {
+  if (in_place) return c;
+  const uint64_t p2 = static_cast<uint64_t>(num_servers);
+  const uint64_t g = lp.first_chunk + c;  // global chunk index: shard g mod P2
+  const uint64_t turn = (g % p2 + p2 - static_cast<uint64_t>(rank) % p2) % p2;
+  return lp.num_chunks + (g / p2) * p2 + turn;
+}
+
+}  // namespace
 
 KVWorker::Layer* KVWorker::find(uint32_t layer_id) const {
   std::shared_lock<std::shared_mutex> lock(map_mu_);
@@ -27,9 +39,18 @@ void KVWorker::register_layer(uint32_t layer_id, float* grad, size_t num_floats)
   layer->plan = lp;
   layer->data = grad;
   layer->counters = &plane_.counters->get(layer_id);
-  std::unique_lock<std::shared_mutex> lock(map_mu_);
-  if (!layers_.emplace(layer_id, std::move(layer)).second) {
-    throw ConfigError(who + ": layer registered twice");
+  {
+    std::unique_lock<std::shared_mutex> lock(map_mu_);
+    if (!layers_.emplace(layer_id, std::move(layer)).second) {
+      throw ConfigError(who + ": layer registered twice");
+    }
+  }
+  // Lent before its first push_pull can announce a chunk in place.
+  for (uint32_t c = 0; plane_.local_link && c < lp->num_chunks; ++c) {
+    if (plane_.plan.shard_of(*lp, c) == plane_.local_shard) {
+      plane_.local_link->lend(plane_.self.rank, layer_id, grad, num_floats);
+      break;
+    }
   }
 }
 
@@ -70,19 +91,24 @@ Handle KVWorker::push_pull(uint32_t layer_id, int64_t iteration) {
   plane_.coord->set_progress(iteration, layer_id);
   for (uint32_t c = 0; c < lp.num_chunks; ++c) {
     const size_t len = lp.chunk_length(c);
+    const int shard = plan.shard_of(lp, c);
+    const bool in_place = plane_.local_link && shard == plane_.local_shard;
     SendJob job;
-    job.peer = plane_.servers[static_cast<size_t>(plan.shard_of(lp, c))];
-    job.header.type = FrameType::kPush;
+    job.peer = plane_.servers[static_cast<size_t>(shard)];
+    job.header.type = in_place ? FrameType::kPushInPlace : FrameType::kPush;
     job.header.layer = layer_id;
     job.header.chunk = c;
     job.header.iteration = iteration;
-    job.payload = layer->data + lp.chunk_offset(c);
-    job.bytes = len * 4;
+    job.order = push_order(lp, c, plan.num_servers, plane_.self.rank, in_place);
+    job.payload = in_place ? nullptr : layer->data + lp.chunk_offset(c);
+    job.bytes = in_place ? 0 : len * 4;
     LayerCounters* counters = layer->counters;
     std::shared_ptr<AbortSignal> abort = plane_.abort;
     const std::string to = job.peer->remote().str();
     job.on_start = [raw = op.get()] { raw->send_started(); };  // `done` keeps op alive
-    job.done = [op, counters, abort, to, what, c, bytes = job.bytes](const SendOutcome& out) {
+    // The counters count a chunk summed in place as sent and received too:
+    // they measure what each exchange moves, wherever the shard runs.
+    job.done = [op, counters, abort, to, what, c, bytes = len * 4](const SendOutcome& out) {
       if (!out.ok()) {
         // A lost connection is reported by its reader (see SendOutcome).
         if (!out.connection_lost) {
@@ -100,9 +126,14 @@ Handle KVWorker::push_pull(uint32_t layer_id, int64_t iteration) {
 }
 
 void KVWorker::on_reply(Peer& from, const FrameHeader& h) {
-  const std::string reply = "sum from " + from.remote().str() + " for layer " +
-                            std::to_string(h.layer) + " chunk " + std::to_string(h.chunk) +
-                            " iteration " + std::to_string(h.iteration);
+  const bool in_place = h.type == FrameType::kPullDone;
+  const std::string reply = std::string(in_place ? "in-place sum notice" : "sum") + " from " +
+                            from.remote().str() + " for layer " + std::to_string(h.layer) +
+                            " chunk " + std::to_string(h.chunk) + " iteration " +
+                            std::to_string(h.iteration);
+  if (in_place && (!plane_.local_link || from.remote().rank != plane_.local_shard)) {
+    throw ProtocolError(reply + ": only the shard in this worker's process sums in place");
+  }
   Layer* layer = find(h.layer);
   if (layer == nullptr) throw ProtocolError(reply + ": layer not registered here");
   const Plan& plan = plane_.plan;
@@ -125,14 +156,18 @@ void KVWorker::on_reply(Peer& from, const FrameHeader& h) {
                         std::to_string(plan.shard_of(lp, h.chunk)));
   }
   const size_t len = lp.chunk_length(h.chunk);
-  if (h.payload_bytes != uint64_t{len} * 4) {
+  if (!in_place && h.payload_bytes != uint64_t{len} * 4) {
     throw ProtocolError(reply + ": size mismatch: " + std::to_string(h.payload_bytes) +
                         " bytes, the chunk is " + std::to_string(len * 4));
   }
+  if (in_place != (plane_.local_link && plan.shard_of(lp, h.chunk) == plane_.local_shard)) {
+    throw ProtocolError(reply + ": that chunk was " + (in_place ? "pushed" : "summed in place"));
+  }
   if (op->is_piece_done(h.chunk)) throw ProtocolError(reply + ": duplicate");
   // Straight into the caller's range: our push of this chunk has been
-  // written in full (the shard answers only after reading every push).
-  from.read_payload(layer->data + lp.chunk_offset(h.chunk), len * 4);
+  // written in full (the shard answers only after reading every push). In
+  // place, the shard has written the sum there and is done with the range.
+  if (!in_place) from.read_payload(layer->data + lp.chunk_offset(h.chunk), len * 4);
   layer->counters->bytes_received += len * 4;
   op->piece_done(h.chunk);
 }

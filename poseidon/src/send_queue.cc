@@ -13,7 +13,7 @@ void SendQueue::push(SendJob job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!cancelled_) {
-      const Key key{job.header.iteration, job.header.layer, job.header.chunk, seq_++};
+      const Key key{job.header.iteration, job.header.layer, job.order, seq_++};
       jobs_.emplace(key, std::move(job));
       cv_.notify_one();
       return;

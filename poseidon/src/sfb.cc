@@ -140,6 +140,7 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
       job.header.chunk = c;
       job.header.iteration = iteration;
       job.header.total_floats = num_floats;
+      job.order = c;
       job.payload = own + plane_.plan.chunk_offset(c);
       job.bytes = plane_.plan.chunk_length(num_floats, c) * 4;
       LayerCounters* counters = layer->counters;

@@ -132,6 +132,9 @@ void Worker::connect() {
         std::lock_guard<std::mutex> lock(mu_);
         plane_.servers[static_cast<size_t>(id.rank)] = peer;
         all_peers_.push_back(peer);
+        // Its ranges are summed in place (kv_server.h, Note [in-place rounds]).
+        plane_.local_link = ColocatedLink::find(config_.local_server);
+        if (plane_.local_link) plane_.local_shard = id.rank;
       }
       peer->start([this](Peer& p, const FrameHeader& h) { on_frame(p, h); },
                   [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
@@ -250,9 +253,18 @@ bool Worker::wait_planned() {
 }
 
 void Worker::on_frame(Peer& peer, const FrameHeader& h) {
+  // After an abort our handles have failed: data still arriving for them is
+  // skipped, not rejected (an ERROR back would race our ABORT to the sender
+  // and could become the reason it reports).
+  if (is_data_frame(h.type) || h.type == FrameType::kPullDone) {
+    if (abort_->tripped()) return;
+  }
   switch (h.type) {
     case FrameType::kPullReply:
-      if (peer.remote().role != Role::kServer) throw ProtocolError("PULL_REPLY from a worker");
+    case FrameType::kPullDone:
+      if (peer.remote().role != Role::kServer) {
+        throw ProtocolError(frame_type_name(static_cast<uint16_t>(h.type)) + " from a worker");
+      }
       if (wait_planned()) kv_->on_reply(peer, h);
       return;
     case FrameType::kFactor:
@@ -300,6 +312,9 @@ void Worker::on_closed(Peer& peer, const std::string& reason, bool clean) {
 
 void Worker::on_abort(const Failure& f) {
   queue_->cancel_all("aborted: " + f.reason);
+  // The shard of this process stops using our ranges before our handles fail
+  // and the caller may touch them again (colocated.h, Note [lending]).
+  revoke_loans(Deadline::after_ms(kTeardownSendMs));
   std::vector<std::shared_ptr<Peer>> peers;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -320,6 +335,17 @@ void Worker::on_abort(const Failure& f) {
                         std::max(1, deadline.poll_timeout_ms()));
   }
   for (const auto& p : peers) p->shutdown();
+}
+
+void Worker::revoke_loans(Deadline deadline) {
+  std::shared_ptr<ColocatedLink> link;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    link = plane_.local_link;
+  }
+  if (link && !link->revoke(config_.rank, deadline)) {
+    log_line(self_.str(), "the shard of this process still uses its ranges after the deadline");
+  }
 }
 
 void Worker::shutdown(int timeout_ms) {
@@ -366,6 +392,8 @@ void Worker::close_all(bool graceful) {
   }
   for (const auto& p : peers) p->shutdown();
   queue_->stop();
+  // Our ranges may be freed once we are gone: the shard must have let go.
+  revoke_loans(Deadline::after_ms(config_.timeout_ms));
   if (kv_) kv_->fail_all(stopped);
   if (sfb_) sfb_->fail_all(stopped);
   coord_->close();

@@ -83,7 +83,7 @@ TEST(cluster_wide_forced_scheme) {
   }
 }
 
-TEST(send_queue_orders_by_iteration_layer_chunk) {
+TEST(send_queue_orders_by_iteration_layer_order) {
   auto transport = make_transport("inproc");
   auto listener = transport->listen("inproc://");
   auto client = transport->connect(listener->address(), Deadline::after_ms(1000));
@@ -115,6 +115,7 @@ TEST(send_queue_orders_by_iteration_layer_chunk) {
     j.header.iteration = k[0];
     j.header.layer = static_cast<uint32_t>(k[1]);
     j.header.chunk = static_cast<uint32_t>(k[2]);
+    j.order = static_cast<uint64_t>(k[2]);
     queue.push(std::move(j));
   }
   {

@@ -209,6 +209,61 @@ TEST(explicit_abort_carries_the_reason) {
   CHECK_CONTAINS(cluster.coordinator_error(), "CUDA out of memory in conv3");
 }
 
+// A colocated worker whose range its shard is summing into aborts, or
+// vanishes (destroyed without shutdown), mid-round: every other node stops
+// with the reason. The range is freed the moment ~Worker returns, so a use
+// by the shard after that (colocated.h, Note [lending]) would show under
+// AddressSanitizer; test_colocated checks the revoke mechanism itself.
+TEST(colocated_worker_fails_while_its_range_is_summed_into) {
+  for (const bool vanish : {false, true}) {
+    auto o = options("tcp", 3, 3);
+    ptest::LocalCluster cluster(o);
+    const auto t0 = Clock::now();
+    std::vector<std::string> errors(3);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 3; ++rank) {
+      threads.emplace_back([&, rank] {
+        try {
+          // Declared before the worker: freed the moment ~Worker returns.
+          auto grad = std::make_unique<std::vector<float>>(200000, 1.0f);
+          Config c = ptest::make_config(o, Role::kWorker, rank, cluster.coordinator_address());
+          c.local_server = cluster.server(rank).local_address();
+          Worker w(c);
+          w.connect();
+          w.plan({ptest::ps_layer(0, 200000)});  // 49 chunks of 4 KiB over 3 shards
+          w.register_layer(0, grad->data(), grad->size());
+          for (int64_t t = 0; t < 4; ++t) {
+            Handle h = w.push_pull(0, t);
+            if (rank == 0 && t == 2) {
+              if (!vanish) {
+                w.abort("out of memory in fc6");
+                CHECK_THROWS(h.wait(o.timeout_ms), PeerFailure, "out of memory in fc6");
+              }
+              return;  // ~Worker, then ~grad
+            }
+            h.wait(o.timeout_ms);
+            std::fill(grad->begin(), grad->end(), 1.0f);
+          }
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(rank)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    cluster.join();
+    CHECK(seconds_since(t0) < 5.0);
+    CHECK_EQ(errors[0], std::string());
+    for (int r = 1; r < 3; ++r) {
+      // Iteration 1 or 2: worker 0 may be one ahead of the others' last reads.
+      CHECK_CONTAINS(errors[static_cast<size_t>(r)], "push_pull of layer 0 (layer0) iteration ");
+      CHECK_CONTAINS(errors[static_cast<size_t>(r)], vanish ? "worker 0" : "out of memory in fc6");
+    }
+    for (int s = 0; s < 3; ++s) {
+      CHECK_CONTAINS(cluster.server_error(s), vanish ? "worker 0" : "out of memory in fc6");
+    }
+  }
+}
+
 TEST(api_misuse_is_caught_before_sending) {
   auto o = options("inproc", 1, 1);
   ptest::LocalCluster cluster(o);

@@ -95,6 +95,18 @@ TEST(header_rejections) {
   odd.type = FrameType::kPlan;
   encode_header(odd, bad);
   CHECK_EQ(decode(bad, sizeof bad, 1 << 20, &d), std::string());
+
+  // The in-process notices carry nothing.
+  for (FrameType t : {FrameType::kPushInPlace, FrameType::kPullDone}) {
+    FrameHeader notice = sample();
+    notice.type = t;
+    notice.payload_bytes = 4;
+    encode_header(notice, bad);
+    CHECK_CONTAINS(decode(bad, sizeof bad, 1 << 20, &d), "with a payload of 4 bytes");
+    notice.payload_bytes = 0;
+    encode_header(notice, bad);
+    CHECK_EQ(decode(bad, sizeof bad, 1 << 20, &d), std::string());
+  }
 }
 
 TEST(byte_reader_bounds) {

@@ -3,9 +3,10 @@
 // stall), an absurd length, a wrong token, a wrong version, and — on
 // connections that did pass the handshake — pushes with an unknown key, a
 // chunk of another shard, a wrong size, a wrong iteration, an oversized
-// frame and an unexpected frame type. Each abusive connection must be
-// dropped with a logged reason naming the remote address, and every round of
-// the real workers must complete with the right sum.
+// frame, an unexpected frame type, and an in-place push over TCP or for a
+// range nobody lent. Each abusive connection must be dropped with a logged
+// reason naming the remote address, and every round of the real workers must
+// complete with the right sum.
 
 #include <unistd.h>
 
@@ -171,6 +172,13 @@ TEST(server_survives_abuse_without_losing_a_round) {
     answers["oversized_frame"] = a.authed(push(0, 0, 0, kDefaultMaxFrameBytes + 4), 0);
     FrameHeader again = hello;
     answers["unexpected_type"] = a.authed(again, 0);
+    // "Sum my range in place" is for a worker of the shard's own process.
+    FrameHeader in_place = push(0, 0, 0, 0);
+    in_place.type = FrameType::kPushInPlace;
+    answers["in_place_over_tcp"] = a.authed(in_place, 0);
+    auto inproc = make_transport("inproc");
+    Abuser local{*inproc, cluster.server(0).local_address(), o.token};
+    answers["in_place_not_lent"] = local.authed(in_place, 0);
     abuse_done = true;
   });
 
@@ -217,6 +225,8 @@ TEST(server_survives_abuse_without_losing_a_round) {
   CHECK_CONTAINS(answers["wrong_iteration"], "iteration 1000000: iteration mismatch");
   CHECK_CONTAINS(answers["oversized_frame"], "exceeds the limit");
   CHECK_CONTAINS(answers["unexpected_type"], "unexpected HELLO");
+  CHECK_CONTAINS(answers["in_place_over_tcp"], "PUSH_IN_PLACE from worker 0 (abuser) outside");
+  CHECK_CONTAINS(answers["in_place_not_lent"], "has not lent this layer's range");
 
   // Every drop is logged with its reason and the remote address.
   CHECK_CONTAINS(log, "rejected connection from 127.0.0.1:");

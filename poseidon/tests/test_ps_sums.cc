@@ -5,6 +5,7 @@
 // chunk−1, chunk+1 and many chunks, several iterations in a row.
 
 #include <cmath>
+#include <random>
 
 #include "check.h"
 #include "cluster.h"
@@ -118,12 +119,22 @@ void run_one(const std::string& transport, int p1, int p2, bool colocate) {
       for (const std::string& m : mismatches) CHECK_EQ(m, std::string());
       // Every chunk of every layer made one round per iteration on some shard.
       uint64_t rounds = 0;
-      for (int s = 0; s < p2; ++s) rounds += cluster.server(s).stats().rounds_completed;
+      uint64_t in_place = 0;
+      for (int s = 0; s < p2; ++s) {
+        rounds += cluster.server(s).stats().rounds_completed;
+        in_place += cluster.server(s).stats().rounds_in_place;
+      }
       uint64_t chunks = 0;
+      uint64_t colocated_chunks = 0;  // owned by a shard that has a worker beside it
       const std::optional<Plan> plan = cluster.coordinator().plan();
       REQUIRE(plan.has_value());
-      for (const LayerPlan& l : plan->layers) chunks += l.num_chunks;
+      for (const LayerPlan& l : plan->layers) {
+        chunks += l.num_chunks;
+        for (uint32_t c = 0; c < l.num_chunks; ++c) colocated_chunks += plan->shard_of(l, c) < p1;
+      }
       CHECK_EQ(rounds, chunks * kIterations);
+      // Colocated, those rounds ran in place (kv_server.h, Note [in-place rounds]).
+      CHECK_EQ(in_place, colocate ? colocated_chunks * kIterations : 0);
     }
   }
 }
@@ -138,6 +149,70 @@ TEST(ps_sums_tcp) { run_matrix("tcp"); }
 TEST(ps_sums_colocated_shards) {
   for (int p = 1; p <= 3; ++p) run_one("tcp", p, p, true);
   run_one("tcp", 3, 2, true);  // fewer shards than workers: worker 2 hosts none
+}
+
+// In place, the colocated worker's announcement may come first, last or
+// between the others' pushes, even while some of them are still being read
+// into the shard's sum buffer. Worker 0 announces its chunks only once shard 0
+// has read every other worker's pushes (the merge path, deterministic), then
+// the workers start each iteration after a random pause; every sum must be
+// right and the same on every worker.
+TEST(in_place_rounds_in_any_arrival_order) {
+  constexpr int kWorkers = 3;
+  constexpr size_t kFloats = 6 * kChunkFloats + 5;  // 7 chunks over 3 shards
+  constexpr int kRounds = 20;
+  ptest::ClusterOptions o;
+  o.workers = kWorkers;
+  o.servers = kWorkers;
+  o.transport = "tcp";
+  o.chunk_bytes = kChunkBytes;
+  ptest::LocalCluster* self = nullptr;
+  o.worker_config = [&self](Config& c, int rank) {
+    c.local_server = self->server(rank).local_address();
+  };
+  ptest::LocalCluster cluster(o);
+  self = &cluster;
+  std::mutex mu;
+  std::vector<std::string> mismatches;
+  const auto errors = cluster.run_workers([&](Worker& w, int rank) {
+    const Plan& plan = w.plan({ptest::ps_layer(0, kFloats)});
+    uint64_t shard0_bytes = 0;  // what one other worker pushes to shard 0 per iteration
+    for (uint32_t c = 0; c < plan.layers[0].num_chunks; ++c) {
+      if (plan.shard_of(plan.layers[0], c) == 0) shard0_bytes += plan.layers[0].chunk_length(c) * 4;
+    }
+    std::vector<float> grad(kFloats);
+    w.register_layer(0, grad.data(), grad.size());
+    std::minstd_rand rng(static_cast<unsigned>(rank) + 1);
+    for (int64_t t = 0; t < kRounds; ++t) {
+      for (size_t i = 0; i < kFloats; ++i) grad[i] = pushed(rank, i, t);
+      if (t == 0 && rank == 0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (cluster.server(0).stats().bytes_received < (kWorkers - 1) * shard0_bytes &&
+               std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      } else if (t > 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+      }
+      w.push_pull(0, t).wait(o.timeout_ms);
+      const std::string bad = check_sum(
+          grad, kWorkers, t, "worker " + std::to_string(rank) + " t=" + std::to_string(t));
+      if (!bad.empty()) {
+        std::lock_guard<std::mutex> lock(mu);
+        mismatches.push_back(bad);
+      }
+      w.barrier("checked " + std::to_string(t), o.timeout_ms);
+    }
+    w.shutdown(o.timeout_ms);
+  });
+  cluster.join();
+  for (const std::string& e : errors) CHECK_EQ(e, std::string());
+  for (const std::string& m : mismatches) CHECK_EQ(m, std::string());
+  uint64_t in_place = 0;
+  for (int s = 0; s < kWorkers; ++s) in_place += cluster.server(s).stats().rounds_in_place;
+  CHECK_EQ(in_place, uint64_t{7} * kRounds);
+  // Shard 0's first rounds had every other push in its sum buffer first.
+  CHECK(cluster.server(0).stats().sums_merged >= 3);
 }
 
 // A small layer queued after a big one overtakes it: with one comm thread and

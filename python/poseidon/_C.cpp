@@ -282,7 +282,9 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("rounds_completed", &ServerStats::rounds_completed)
       .def_readonly("bytes_received", &ServerStats::bytes_received)
       .def_readonly("bytes_sent", &ServerStats::bytes_sent)
-      .def_readonly("frames_rejected", &ServerStats::frames_rejected);
+      .def_readonly("frames_rejected", &ServerStats::frames_rejected)
+      .def_readonly("rounds_in_place", &ServerStats::rounds_in_place)
+      .def_readonly("sums_merged", &ServerStats::sums_merged);
 
   py::class_<Coordinator>(m, "Coordinator")
       .def(py::init<const Config&>(), py::arg("config"), Release())

@@ -40,6 +40,15 @@ struct ChunkRound {
   bool direct_claimed = false;                  // a push of this round reads into `sum`
   bool direct_busy = false;                     // ... and is still reading
   int sends_left = 0;
+  // Note [in-place rounds] (kv_server.h): the colocated worker's range for
+  // this chunk once it contributed it (in_place_rank >= 0), the pushes that
+  // went to `sum` before (into_sum; sum_busy of them still being read), and
+  // whether `sum` has been added into the range.
+  int in_place_rank = -1;
+  float* in_place = nullptr;
+  int into_sum = 0;
+  int sum_busy = 0;
+  bool merged = false;
 
   // "layer 1 (fc6) chunk 3".
   std::string key() const;

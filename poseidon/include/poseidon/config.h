@@ -49,7 +49,9 @@ struct Config {
   // Workers only: the in-process address (KVServer::local_address()) of a
   // shard that runs inside this worker's process — the paper's colocated
   // worker + shard. The worker reaches it through the in-process transport
-  // (one memcpy per byte, no sockets) instead of TCP. Empty: none.
+  // instead of TCP and lends it its gradient ranges: that shard sums the
+  // others' pushes straight into them, so the worker's own share is never
+  // copied (kv_server.h, Note [in-place rounds]). Empty: none.
   std::string local_server;
   // PS tensors are cut into chunks of this many bytes (multiple of 4). The
   // coordinator's value is authoritative: it travels in the plan.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "poseidon/abort_signal.h"
+#include "poseidon/colocated.h"
 #include "poseidon/coordinator_client.h"
 #include "poseidon/counters.h"
 #include "poseidon/node_id.h"
@@ -22,6 +23,10 @@ struct DataPlane {
   Plan plan;
   std::vector<std::shared_ptr<Peer>> servers;  // by shard
   std::vector<std::shared_ptr<Peer>> workers;  // by rank; null at this worker's rank
+  // The shard running in this process (Config::local_server), reached in
+  // place (kv_server.h, Note [in-place rounds]); -1 / null: none.
+  int local_shard = -1;
+  std::shared_ptr<ColocatedLink> local_link;
   SendQueue* queue = nullptr;
   std::shared_ptr<AbortSignal> abort;
   CounterTable* counters = nullptr;

@@ -52,11 +52,18 @@ enum class FrameType : uint16_t {
   kPush = 30,       // worker -> server: chunk of a gradient
   kPullReply = 31,  // server -> worker: sum of a chunk over all workers
   kFactor = 32,     // worker -> worker: chunk of a sufficient factor
+  // In-process only (kv_server.h, Note [in-place rounds]): a worker tells the
+  // shard running in its own process that a chunk is ready in the range it
+  // lent (no payload), and the shard tells it that the range holds the sum.
+  // Refused on any connection but a shard's in-process door.
+  kPushInPlace = 33,  // worker -> its colocated shard
+  kPullDone = 34,     // colocated shard -> its worker
 };
 
 // "PUSH", "PULL_REPLY", ...; "TYPE(n)" for unknown values.
 std::string frame_type_name(uint16_t type);
 // True for kPush, kPullReply and kFactor: payload is float32, bytes % 4 == 0.
+// (kPushInPlace and kPullDone carry no payload: the decoder rejects one.)
 bool is_data_frame(FrameType type);
 
 struct FrameHeader {

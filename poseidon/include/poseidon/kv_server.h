@@ -18,6 +18,21 @@
 // read (through a small per-connection bounce buffer that stays in cache, or
 // straight from the writer's memory in-process); the replies are written
 // from the sum buffer itself.
+//
+// Note [in-place rounds]: a worker that runs this shard in its own process
+// (it dialed local_address()) lends the shard its registered gradient ranges
+// (colocated.h) and, instead of pushing a chunk's bytes, sends PUSH_IN_PLACE:
+// "my chunk is ready in my range". From then on the round's total lives in
+// that range: the other workers' pushes are added straight into it, the
+// pushes that came before it (read into `sum` as above) are added into it once
+// all of them are read, the replies to the other workers are written from it,
+// and the colocated worker gets PULL_DONE, no bytes, once they are all
+// written (so it does not touch the range while they are). Its own chunk is
+// never copied, and neither is its reply — the two in-process copies per
+// chunk the one-copy transport still cost. Every worker still receives the
+// same bytes: the replies and the colocated worker's result are one buffer.
+// The shard touches the range only within uses that the worker can revoke
+// (colocated.h, Note [lending]).
 
 #include <atomic>
 #include <condition_variable>
@@ -31,6 +46,7 @@
 #include "poseidon/abort_signal.h"
 #include "poseidon/acceptor.h"
 #include "poseidon/chunk_round.h"
+#include "poseidon/colocated.h"
 #include "poseidon/config.h"
 #include "poseidon/coordinator_client.h"
 #include "poseidon/peer.h"
@@ -44,6 +60,10 @@ struct ServerStats {
   uint64_t bytes_received = 0;  // push payloads
   uint64_t bytes_sent = 0;      // reply payloads
   uint64_t frames_rejected = 0;
+  // Note [in-place rounds]: rounds answered from the colocated worker's
+  // range, and those of them where pushes had gone to the sum buffer first.
+  uint64_t rounds_in_place = 0;
+  uint64_t sums_merged = 0;
 };
 
 class KVServer {
@@ -75,8 +95,23 @@ class KVServer {
   };
 
   std::string admit(const NodeId& id);
-  void on_peer(std::unique_ptr<Connection> conn, const NodeId& id);
+  // `local`: the connection came through the in-process door.
+  void on_peer(std::unique_ptr<Connection> conn, const NodeId& id, bool local);
   void on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h, std::vector<float>& bounce);
+  void on_push_in_place(const std::shared_ptr<Peer>& peer, const FrameHeader& h);
+  // The round a push of `h` belongs to; rejects a bad layer or chunk.
+  ChunkRound* find_round(const FrameHeader& h, const std::string& push);
+  // Enters `from`'s push into the round (opening the round if idle) after the
+  // checks of Note [round rules]; false if the job aborted meanwhile.
+  bool join_round(ChunkRound* slot, std::unique_lock<std::mutex>& lock, const FrameHeader& h,
+                  const std::string& push, const NodeId& from, const Deadline& deadline);
+  // After a push was summed: merges `sum` into an in-place range when due, and
+  // once every push is in, starts the replies (returned, to be queued
+  // outside the lock). Caller holds slot->mu.
+  std::vector<SendJob> advance_locked(ChunkRound* slot);
+  // The round's last reply is written: back to idle; appends PULL_DONE for
+  // an in-place round. Caller holds slot->mu.
+  void finish_round_locked(ChunkRound* slot, std::vector<SendJob>* out);
   void on_closed(Peer& peer, const std::string& reason, bool clean);
   void reject(const std::string& why);
   void build_slots(const Plan& plan);
@@ -97,6 +132,7 @@ class KVServer {
   std::unique_ptr<Transport> local_transport_;
   std::string local_address_;
   std::unique_ptr<Acceptor> local_acceptor_;
+  std::shared_ptr<ColocatedLink> link_;  // ranges lent by the worker of this process
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -113,6 +149,8 @@ class KVServer {
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> rounds_in_place_{0};
+  std::atomic<uint64_t> sums_merged_{0};
 };
 
 }  // namespace poseidon

@@ -2,10 +2,12 @@
 // The send side of a node: a priority queue of frames and a small pool of
 // communication threads that write them.
 //
-// Note [send priority]: jobs are ordered by (iteration, layer, chunk):
-// an older iteration first, then the lower layer (needed first by the next
-// forward pass), then the lower chunk. Tensors are queued chunk by chunk, so
-// a layer pushed after a big one overtakes the big one's remaining chunks.
+// Note [send priority]: jobs are ordered by (iteration, layer, order): an
+// older iteration first, then the lower layer (needed first by the next
+// forward pass), then the lower `order` — the place the sender gives the
+// frame among its layer's frames (the chunk index, except for a worker's
+// pushes: kv_worker.h, Note [push order]). Tensors are queued chunk by chunk,
+// so a layer pushed after a big one overtakes the big one's remaining chunks.
 // A thread only takes a job whose peer no other thread is writing to, so
 // threads never queue behind each other on a connection and each peer's
 // frames leave in priority order.
@@ -40,6 +42,7 @@ struct SendOutcome {
 struct SendJob {
   std::shared_ptr<Peer> peer;
   FrameHeader header;             // type and key; sender fields filled by Peer
+  uint64_t order = 0;             // place among the frames of (iteration, layer)
   const void* payload = nullptr;  // borrowed: must stay valid until `done` runs
   size_t bytes = 0;
   // Optional. Runs once on the comm thread that took the job, just before
@@ -48,8 +51,9 @@ struct SendJob {
   // so it may borrow what `done` keeps alive.
   std::function<void()> on_start;
   // Runs once on a comm thread after the frame is written or failed, or on
-  // cancel_all (error = the cancel reason). Must not throw and must not push
-  // to this queue.
+  // cancel_all (error = the cancel reason) on the cancelling thread, with no
+  // lock of the queue held. Must not throw; may push follow-up jobs (after
+  // cancel_all they fail at once).
   std::function<void(const SendOutcome& outcome)> done;
 };
 
@@ -71,7 +75,7 @@ class SendQueue {
   size_t queued() const;
 
  private:
-  using Key = std::tuple<int64_t, uint32_t, uint32_t, uint64_t>;  // iteration, layer, chunk, seq
+  using Key = std::tuple<int64_t, uint32_t, uint64_t, uint64_t>;  // iteration, layer, order, seq
   void run();
 
   const int io_timeout_ms_;

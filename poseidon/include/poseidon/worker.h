@@ -117,6 +117,9 @@ class Worker {
   void on_frame(Peer& peer, const FrameHeader& h);
   void on_closed(Peer& peer, const std::string& reason, bool clean);
   void on_abort(const Failure& f);
+  // The shard of this process may no longer use our ranges; waits for the
+  // uses in progress until `deadline` (colocated.h, Note [lending]).
+  void revoke_loans(Deadline deadline);
   bool wait_planned();
   std::string pending() const;
   void require(State at_least, const std::string& call) const;
