@@ -6,7 +6,8 @@ For P1 = P2 = P in {1, 2, 4} and tensors of 1, 4, 64 and 256 MB, in one run:
     the sum; a round's time is its slowest worker's:
       "colocated": worker r's process also runs shard r and reaches it
         in-process (Config.local_server), the other shards over TCP — the
-        paper's layout, whose cost is 2·S·(P1+P2−2)/P2 per node;
+        paper's layout, whose cost is 2·S·(P1+P2−2)/P2 per node; shard r sums
+        worker r's chunks in place (checked: every round of shard r);
       "tcp": every shard is its own process, all traffic over TCP;
   - torch.distributed all_reduce (gloo backend) of the same tensor, P processes;
   - iperf3 on 127.0.0.1: one TCP stream one way, and both ways at once
@@ -116,6 +117,11 @@ def worker_main(
     w.shutdown()
     if shard is not None:
         shard_thread.join(60)
+        stats = shard.stats()
+        if stats.rounds_in_place != stats.rounds_completed:  # every round beside its worker
+            raise AssertionError(
+                f"shard {rank}: {stats.rounds_in_place} of {stats.rounds_completed} rounds in place"
+            )
     out.put((rank, times))
 
 
@@ -252,8 +258,9 @@ def main() -> int:
     one_way = statistics.median(iperf3(bidir=False) for _ in range(args.rounds))
     both_ways = statistics.median(iperf3(bidir=True) for _ in range(args.rounds))
     print(
-        f"machine: {os.cpu_count()} cores; iperf3 127.0.0.1: one stream {one_way / 1e9:.2f} GB/s"
-        f" one way, {both_ways / 1e9:.2f} GB/s both ways at once (--bidir, summed)"
+        f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start;"
+        f" iperf3 127.0.0.1: one stream {one_way / 1e9:.2f} GB/s one way,"
+        f" {both_ways / 1e9:.2f} GB/s both ways at once (--bidir, summed)"
     )
     print("push-pull moves S up and S down per worker. 'wire' = 2·S / time with every byte on")
     print("TCP (layout 'tcp', P = 1): bytes crossing loopback per second, to compare with")
@@ -304,6 +311,7 @@ def main() -> int:
                     f"P=1 {mb} MB: tcp push-pull at {wire / both_ways:.0%} of iperf3 --bidir"
                 )
     print()
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     print("all sums checked: every element of every round equals P(P+1)/2")
     print("at P = 1 gloo's all_reduce moves no byte; push-pull there is measured against iperf3")
     if misses:
