@@ -5,6 +5,8 @@ a repeated field (one value for every spatial axis, or one value per axis) or, f
 2-D only, a pair of scalar fields `<name>_h`/`<name>_w`. The two forms are exclusive.
 `spatial_values` reads either form and validates it the way Caffe does, raising
 through the caller's `error` factory so that the message names the layer.
+`declared_values` reads either form as written, for tools that see a layer without its
+input shapes (caffe.draw, caffe.coord_map).
 
 Output sizes follow Caffe's formulas exactly (they differ from PyTorch's in corners,
 see `pooled_sizes`).
@@ -53,6 +55,27 @@ def spatial_values(
             f"({repeated} specified {len(values)} times; {num_spatial} spatial dims)"
         )
     return tuple(values)
+
+
+def declared_values(param: object, name: str, default: int | None) -> tuple[int, ...]:
+    """A spatial parameter as written, before the number of spatial axes is known (drawing
+    a net, net_spec geometry): `(<p>_h, <p>_w)` when either is set (`kernel_size` pairs
+    with kernel_h/kernel_w), else the field itself (repeated in ConvolutionParameter,
+    scalar in PoolingParameter), else `(default,)`, or `()` when `default` is None.
+    """
+    fields = param.DESCRIPTOR.fields_by_name
+    prefix = name.split("_")[0]
+    pair = (f"{prefix}_h", f"{prefix}_w")
+    if pair[0] in fields and (param.HasField(pair[0]) or param.HasField(pair[1])):
+        return (getattr(param, pair[0]), getattr(param, pair[1]))
+    value = getattr(param, name)
+    if isinstance(value, int):
+        values: tuple[int, ...] = (value,) if param.HasField(name) else ()
+    else:
+        values = tuple(value)
+    if values:
+        return values
+    return () if default is None else (default,)
 
 
 def kernel_extent(kernel: int, dilation: int) -> int:

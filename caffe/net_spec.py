@@ -153,6 +153,14 @@ class Function:
     def _update(self, params: dict[str, Any]) -> None:
         self.params.update(params)
 
+    def to_layer_param(self) -> caffe_pb2.LayerParameter:
+        """This layer's type, its `name=` if given, and its parameters routed as `to_proto`
+        routes them; no bottoms or tops: what tools reading a layer's settings need."""
+        layer = caffe_pb2.LayerParameter(type=self.type_name, name=self.params.get("name", ""))
+        for key, value in self.params.items():
+            self._assign(layer, key, value)
+        return layer
+
     def _to_proto(self, layers: dict, names: dict, autonames: Counter) -> None:
         if self in layers:
             return
