@@ -1,4 +1,4 @@
-// 100 MB tensors (25 M floats) through the PS with the default 4 MiB chunks,
+// 100 MB tensors (25 M floats) through the PS with the default 1 MiB chunks,
 // for a few worker × shard combinations over TCP and in-process, two
 // iterations each: worker r pushes (r+1) + (i mod 3) + t.
 

@@ -102,7 +102,7 @@ SETTINGS: tuple[Setting, ...] = (
         "chunk_bytes",
         "POSEIDON_CHUNK_BYTES",
         "bytes",
-        "4MiB",
+        "1MiB",
         "PS tensors are cut into chunks of this size (the coordinator's value wins)",
     ),
     Setting(
@@ -280,7 +280,7 @@ class Config:
     listen: str = ""  # "" -> "<host>:0"
     host: str = ""  # "" -> the address that reaches the coordinator
     transport: str = "tcp"
-    chunk_bytes: int = 4 << 20
+    chunk_bytes: int = 1 << 20
     max_frame_bytes: int = 64 << 20
     timeout_ms: int = 120000
     heartbeat_interval_ms: int = 500

@@ -22,7 +22,10 @@ const char* scheme_name(Scheme scheme);  // "PS" / "SFB"
 // A forced choice: kAuto lets BestScheme decide.
 enum class SchemeChoice : uint8_t { kAuto = 0, kPS = 1, kSFB = 2 };
 
-inline constexpr size_t kDefaultChunkBytes = size_t{4} << 20;      // 4 MiB, TF release's default
+// 1 MiB: a shard answers a chunk only once every worker has pushed it, so a chunk's
+// transfer time is the pipeline's fill and drain; on a 100 Mbit/s link 4 MiB cost
+// ~25% of a bandwidth-bound round (docs/benchmarks.md), on loopback size hardly matters.
+inline constexpr size_t kDefaultChunkBytes = size_t{1} << 20;
 inline constexpr size_t kDefaultMaxFrameBytes = size_t{64} << 20;  // 64 MiB
 inline constexpr int kDefaultTimeoutMs = 120000;
 inline constexpr int kDefaultHeartbeatIntervalMs = 500;

@@ -22,7 +22,7 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--servers", type=int, help="P2, number of shards (POSEIDON_NUM_SERVERS)")
     p.add_argument("--token", help="cluster token (POSEIDON_TOKEN; prefer the variable)")
     p.add_argument("--timeout-ms", type=int, help="limit of every wait (POSEIDON_TIMEOUT_MS)")
-    p.add_argument("--chunk-bytes", help="PS chunk size, e.g. 4MiB (POSEIDON_CHUNK_BYTES)")
+    p.add_argument("--chunk-bytes", help="PS chunk size, default 1MiB (POSEIDON_CHUNK_BYTES)")
     p.add_argument("--scheme", choices=SCHEMES, help="force every layer (POSEIDON_SCHEME)")
     p.add_argument(
         "--verbose", action="store_true", default=None, help="log connections (POSEIDON_VERBOSE)"

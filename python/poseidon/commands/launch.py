@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hostfile", help="lines 'host [slots=N]': start the job over ssh")
     p.add_argument("--ssh", default="ssh -o BatchMode=yes", help="ssh command (with --hostfile)")
     p.add_argument("--port", type=int, default=0, help="coordinator port (0: any free port)")
-    p.add_argument("--chunk-bytes", help="PS chunk size, e.g. 4MiB")
+    p.add_argument("--chunk-bytes", help="PS chunk size, default 1MiB (e.g. 4MiB)")
     p.add_argument("--timeout-ms", type=int, help="limit of every wait in the job")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... run by each worker")
 
