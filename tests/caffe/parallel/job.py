@@ -56,7 +56,7 @@ gamma: 0.5
 stepsize: 7
 max_iter: {iters}
 random_seed: 1701
-solver_mode: CPU
+solver_mode: {mode}
 {extra}
 """
 
@@ -85,6 +85,7 @@ def write_solver(
     extra: str = "",
     name: str = "solver",
     snapshots: str = NO_SNAPSHOTS,
+    mode: str = "CPU",
 ) -> str:
     source = os.path.join(directory, "train_lmdb")
     if not os.path.exists(source):
@@ -94,7 +95,7 @@ def write_solver(
         f.write(NET.format(source=source, batch=batch, classes=CLASSES))
     solver = os.path.join(directory, f"{name}.prototxt")
     with open(solver, "w") as f:
-        f.write(SOLVER.format(net=net, iters=iters, extra=f"{extra}\n{snapshots}"))
+        f.write(SOLVER.format(net=net, iters=iters, mode=mode, extra=f"{extra}\n{snapshots}"))
     return solver
 
 
@@ -109,9 +110,13 @@ def run_job(
     timeline: str = "",
     timeout_s: float = 120.0,
     colocate: bool = True,
+    mode: str = "CPU",
+    env: dict[str, str] | None = None,
 ) -> tuple[list[dict[str, np.ndarray]], str]:
-    """Launch the job; returns each rank's saved arrays and the launcher's output."""
-    solver = write_solver(directory, BATCH, iters, extra, name=f"solver_{workers}")
+    """Launch the job; returns each rank's saved arrays and the launcher's output.
+    `mode` is the solver_mode (GPU: every worker on CUDA device 0); `env` is added to
+    the launcher's environment."""
+    solver = write_solver(directory, BATCH, iters, extra, name=f"solver_{workers}", mode=mode)
     out_dir = os.path.join(directory, f"out_{sync}_{scheme}_{workers}_{servers}")
     os.makedirs(out_dir, exist_ok=True)
     command = [
@@ -135,7 +140,7 @@ def run_job(
     if not colocate:
         command.append("--no-colocate")
     command += ["--", sys.executable, WORKER, solver, str(iters), out_dir]  # fmt: skip
-    env = {**os.environ, "GLOG_minloglevel": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "GLOG_minloglevel": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,
                             cwd=directory)  # fmt: skip
     output = result.stdout + result.stderr
