@@ -8,6 +8,7 @@ one solver, so module-level state is enough. Everything that allocates tensors a
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 
@@ -41,6 +42,17 @@ def set_mode_cpu() -> None:
 def set_mode_gpu() -> None:
     _state.mode = "GPU"
     _state.mode_chosen = True
+    _choose_gpu_precision()
+
+
+def _choose_gpu_precision() -> None:
+    """float32 on CUDA means float32, as in Caffe: PyTorch lets cuDNN convolutions use
+    TF32 (10-bit mantissa) by default on Ampere and later, which moves results by ~1e-3
+    and breaks equality with CPU runs and Caffe. CAFFE_ALLOW_TF32=1 trades that for speed.
+    """
+    allow = os.environ.get("CAFFE_ALLOW_TF32", "0").strip().lower() in ("1", "true", "yes")
+    torch.backends.cudnn.allow_tf32 = allow
+    torch.backends.cuda.matmul.allow_tf32 = allow
 
 
 def mode_chosen() -> bool:
