@@ -1,8 +1,9 @@
 """glog-style logging, so that Caffe's log parsers (parse_log.py, parse_log.sh) keep working.
 
 Format: `Lmmdd hh:mm:ss.uuuuuu <thread id> <file>:<line>] <message>`. Messages go to
-stderr like Caffe with `alsologtostderr`. GLOG_minloglevel (0 INFO, 1 WARNING, 2 ERROR,
-3 FATAL) is honoured as in glog.
+stderr like Caffe with `alsologtostderr`; the `caffe` command also writes glog's log files
+(caffe/log_files.py). GLOG_minloglevel (0 INFO, 1 WARNING, 2 ERROR, 3 FATAL) is honoured
+as in glog.
 """
 
 from __future__ import annotations

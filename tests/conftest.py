@@ -13,6 +13,22 @@ import torch
 # Test tensors are tiny: one thread avoids oversubscribing the cores (several times
 # faster on 2 shared cores); subprocesses started by tests choose their own.
 torch.set_num_threads(1)
+# float32 means float32 on CUDA too, as caffe.set_mode_gpu() makes it for the engine: the
+# CUDA parity tests build layers on the device directly and compare at float32 tolerance.
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cuda.matmul.allow_tf32 = False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _glog_files_in_a_temp_dir(tmp_path_factory):
+    """The `caffe` command writes glog's log files (caffe/log_files.py), by default to /tmp.
+    Point GLOG_log_dir at pytest's temp directory instead, for the in-process CLI runs and,
+    through the environment they copy, for the subprocesses tests start. A GLOG_log_dir
+    set by whoever runs the tests wins."""
+    with pytest.MonkeyPatch.context() as patch:
+        if not os.environ.get("GLOG_log_dir"):
+            patch.setenv("GLOG_log_dir", str(tmp_path_factory.mktemp("glog")))
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -1,10 +1,11 @@
 """The `caffe` command: `caffe <command> <flags>` with train, test, time and device_query.
 
 Flags use gflags syntax (caffe/tools/flags.py); everything is logged through the glog
-formatter of caffe/log.py, so Caffe's log parsers work on our logs. A user error (bad
-flag, missing or malformed file, unknown layer type, wrong shapes: every CaffeError)
-prints one fatal log line and exits with status 1; Python tracebacks appear only with
---debug or CAFFE_DEBUG=1. Exit status: 0 success, 1 user error, 130 stopped by Ctrl-C.
+formatter of caffe/log.py, so Caffe's log parsers work on our logs, to stderr and to glog's
+log files (caffe/log_files.py). A user error (bad flag, missing or malformed file, unknown
+layer type, wrong shapes: every CaffeError) prints one fatal log line and exits with
+status 1; Python tracebacks appear only with --debug or CAFFE_DEBUG=1. Exit status: 0
+success, 1 user error, 130 stopped by Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 
 import caffe
 from caffe.errors import CaffeError
+from caffe.log_files import log_to_files
 from caffe.tools.benchmark import benchmark
 from caffe.tools.device_query import device_query
 from caffe.tools.flags import Flags, flags_help, parse_command_line
@@ -75,8 +77,18 @@ def run(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `caffe` console script; returns the exit status."""
+    """Entry point of the `caffe` console script; returns the exit status.
+
+    Logs go to stderr and, as BVLC's tool does through glog, to log files
+    (caffe/log_files.py); `import caffe` alone writes no files.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    with log_to_files("caffe"):
+        return _run_reporting_errors(argv)
+
+
+def _run_reporting_errors(argv: list[str]) -> int:
+    """run(argv), with a user error or Ctrl-C turned into a log line and an exit status."""
     debug = _debug_requested(argv)
     try:
         return run(argv)
