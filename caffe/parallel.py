@@ -509,7 +509,9 @@ def attach_from_environment(solver) -> PoseidonSync:
     try:
         worker = _C.Worker(native)
         worker.connect()
-        timeline = Timeline(config.timeline, config.rank) if config.timeline else None
+        timeline = None
+        if config.timeline:
+            timeline = Timeline(config.timeline, config.rank, config.num_workers)
         sync = PoseidonSync(solver, worker, config.sync, timeline, config.scheme)
     except BaseException:
         if shard is not None:

@@ -163,7 +163,8 @@ SETTINGS: tuple[Setting, ...] = (
         "POSEIDON_TIMELINE",
         "path",
         "(none)",
-        "worker: write a Chrome trace here; {rank} is replaced by the worker's rank",
+        "worker: write a Chrome trace here; {rank} is replaced by the worker's rank (added before "
+        "the extension when the job has several workers and the path has none)",
     ),
     Setting(
         "colocate",

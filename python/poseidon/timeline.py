@@ -21,10 +21,23 @@ from typing import Any
 LANES = {"compute": 1, "sync": 2, "queued": 3, "sending": 4, "wait": 5, "apply": 6}
 
 
-class Timeline:
-    """Collects spans for process `rank`; `path` may contain `{rank}`."""
+def per_worker_path(path: str) -> str:
+    """`path` with a `{rank}` field: trace.json -> trace.{rank}.json. Workers that share a
+    file system (one host, or NFS) must never write one file; a path that names the rank
+    already is kept."""
+    if "{rank}" in path:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}.{{rank}}{ext or '.json'}"
 
-    def __init__(self, path: str, rank: int) -> None:
+
+class Timeline:
+    """Collects spans for process `rank` of `workers`; `path` may contain `{rank}`, and
+    gets one (per_worker_path) when the job has several workers."""
+
+    def __init__(self, path: str, rank: int, workers: int = 1) -> None:
+        if workers > 1:
+            path = per_worker_path(path)
         self.path = path.format(rank=rank)
         self.rank = rank
         self._origin_ns = time.perf_counter_ns()

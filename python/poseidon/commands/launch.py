@@ -36,11 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
     import shlex
 
     from poseidon.commands._common import fail
     from poseidon.launch import JobSpec, parse_hostfile, run_job
+    from poseidon.timeline import per_worker_path
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -55,9 +55,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("launch", "-n and -s must be >= 1")
     servers = args.servers or (len(hosts) if hosts else args.workers)
     timeline = args.timeline or ""
-    if timeline and "{rank}" not in timeline:
-        root, ext = os.path.splitext(timeline)
-        timeline = f"{root}.{{rank}}{ext or '.json'}"
+    if timeline:
+        timeline = per_worker_path(timeline)
     spec = JobSpec(
         command=command, num_workers=args.workers, num_servers=servers, sync=args.sync,
         scheme=args.scheme, timeline=timeline, log_dir=args.log_dir or "",
