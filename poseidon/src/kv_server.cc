@@ -1,5 +1,7 @@
 #include "poseidon/kv_server.h"
 
+#include <chrono>
+
 #include "poseidon/log.h"
 
 namespace poseidon {
@@ -50,9 +52,36 @@ KVServer::~KVServer() {
   link_->close();
 }
 
+// Counts a reader's parked time into ServerStats (reader_waits, reader_wait_ns)
+// if the wait it guards did block; start() is called by the wait's predicate.
+class KVServer::ReaderWait {
+ public:
+  explicit ReaderWait(KVServer& server) : server_(server) {}
+  ReaderWait(const ReaderWait&) = delete;
+  ReaderWait& operator=(const ReaderWait&) = delete;
+  ~ReaderWait() {
+    if (!started_) return;
+    const auto waited = std::chrono::steady_clock::now() - since_;
+    server_.reader_waits_ += 1;
+    server_.reader_wait_ns_ +=
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count());
+  }
+  void start() const {
+    if (started_) return;
+    started_ = true;
+    since_ = std::chrono::steady_clock::now();
+  }
+
+ private:
+  KVServer& server_;
+  mutable bool started_ = false;
+  mutable std::chrono::steady_clock::time_point since_;
+};
+
 ServerStats KVServer::stats() const {
-  return ServerStats{rounds_.load(),   bytes_in_.load(),        bytes_out_.load(),
-                     rejected_.load(), rounds_in_place_.load(), sums_merged_.load()};
+  return ServerStats{rounds_.load(),       bytes_in_.load(),        bytes_out_.load(),
+                     rejected_.load(),     rounds_in_place_.load(), sums_merged_.load(),
+                     reader_waits_.load(), reader_wait_ns_.load()};
 }
 
 void KVServer::abort(const std::string& reason) { abort_->trip(Failure{self_.str(), reason}); }
@@ -179,9 +208,12 @@ bool KVServer::join_round(ChunkRound* slot, std::unique_lock<std::mutex>& lock,
                           const Deadline& deadline) {
   // The next round's first push may arrive while this round's sums are
   // still being written (from the buffer it would be read into): wait.
+  const ReaderWait parked(*this);
   slot->cv.wait_until(lock, deadline.time_point(), [&] {
-    return abort_->tripped() || !(slot->phase == ChunkRound::Phase::kSending &&
-                                  h.iteration == slot->round_iteration + 1);
+    const bool ready = abort_->tripped() || !(slot->phase == ChunkRound::Phase::kSending &&
+                                              h.iteration == slot->round_iteration + 1);
+    if (!ready) parked.start();
+    return ready;
   });
   if (abort_->tripped()) return false;
   if (slot->phase == ChunkRound::Phase::kSending) {
@@ -264,8 +296,12 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
     if (into == Into::kAddToSum) {
       // Later pushes are added in place, so the first must be in the sum.
       std::unique_lock<std::mutex> lock(slot->mu);
-      slot->cv.wait_until(lock, deadline.time_point(),
-                          [&] { return abort_->tripped() || !slot->direct_busy; });
+      const ReaderWait parked(*this);
+      slot->cv.wait_until(lock, deadline.time_point(), [&] {
+        const bool ready = abort_->tripped() || !slot->direct_busy;
+        if (!ready) parked.start();
+        return ready;
+      });
       if (abort_->tripped()) return;
       if (slot->direct_busy) {
         throw TimeoutError(self_.str() + ": " + push + " waited " +

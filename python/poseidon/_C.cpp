@@ -284,7 +284,9 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("bytes_sent", &ServerStats::bytes_sent)
       .def_readonly("frames_rejected", &ServerStats::frames_rejected)
       .def_readonly("rounds_in_place", &ServerStats::rounds_in_place)
-      .def_readonly("sums_merged", &ServerStats::sums_merged);
+      .def_readonly("sums_merged", &ServerStats::sums_merged)
+      .def_readonly("reader_waits", &ServerStats::reader_waits)
+      .def_readonly("reader_wait_ns", &ServerStats::reader_wait_ns);
 
   py::class_<Coordinator>(m, "Coordinator")
       .def(py::init<const Config&>(), py::arg("config"), Release())

@@ -44,6 +44,7 @@ class ThreadCluster:
     threads: list[threading.Thread] = field(default_factory=list)
     # colocated: worker r reaches shard r through its in-process door.
     local_servers: list[str] = field(default_factory=list)
+    servers: list[_C.KVServer] = field(default_factory=list)
 
     def worker_config(self, rank: int) -> object:
         native = self.config.replace(role="worker", rank=rank).to_native()
@@ -66,6 +67,7 @@ def thread_cluster(
         native = cluster.config.replace(role="server", rank=s).to_native()
         server = _C.KVServer(native)
         nodes.append((f"server {s}", server))
+        cluster.servers.append(server)
         if colocated:
             cluster.local_servers.append(server.local_address)
 

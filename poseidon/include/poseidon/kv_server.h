@@ -64,6 +64,12 @@ struct ServerStats {
   // range, and those of them where pushes had gone to the sum buffer first.
   uint64_t rounds_in_place = 0;
   uint64_t sums_merged = 0;
+  // Time connection readers spent parked instead of reading (a push of the
+  // next iteration waiting for this round's sums to be sent; a later push
+  // waiting for the round's first one to be read): while parked, that
+  // connection's TCP window closes and its sender stalls on every chunk.
+  uint64_t reader_waits = 0;
+  uint64_t reader_wait_ns = 0;
 };
 
 class KVServer {
@@ -151,6 +157,9 @@ class KVServer {
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> rounds_in_place_{0};
   std::atomic<uint64_t> sums_merged_{0};
+  class ReaderWait;
+  std::atomic<uint64_t> reader_waits_{0};
+  std::atomic<uint64_t> reader_wait_ns_{0};
 };
 
 }  // namespace poseidon
