@@ -1,5 +1,6 @@
 #include "poseidon/kv_server.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "poseidon/log.h"
@@ -241,7 +242,6 @@ bool KVServer::join_round(ChunkRound* slot, std::unique_lock<std::mutex>& lock,
     coord_->set_progress(h.iteration, h.layer);  // for our heartbeats
     std::fill(slot->pushed.begin(), slot->pushed.end(), 0);
     slot->arrived = 0;
-    slot->direct_claimed = false;
     slot->in_place_rank = -1;
     slot->in_place = nullptr;
     slot->into_sum = 0;
@@ -268,75 +268,49 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
            std::to_string(want) + " bytes (" + std::to_string(slot->floats) + " floats)");
   }
   const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
-  // Where the bytes go: straight into `sum` (the round's first push), added
-  // into `sum`, or added into the colocated worker's range (Note [in-place
-  // rounds]).
-  enum class Into { kSum, kAddToSum, kAddToRange } into = Into::kSum;
-  float* range = nullptr;
+  // Where the bytes are added (Note [no extra copies]): into `sum`, or into
+  // the colocated worker's range (Note [in-place rounds]).
+  bool into_range = false;
+  float* dst = nullptr;
   int lender = -1;
   {
     std::unique_lock<std::mutex> lock(slot->mu);
     if (!join_round(slot, lock, h, push, from, deadline)) return;
     slot->reply_to[static_cast<size_t>(from.rank)] = peer;
     if (slot->in_place_rank >= 0) {
-      into = Into::kAddToRange;
-      range = slot->in_place;
+      into_range = true;
+      dst = slot->in_place;
       lender = slot->in_place_rank;
     } else {
-      ++slot->into_sum;
+      // Zeroed under the lock before any push adds into it.
+      if (slot->into_sum++ == 0) std::fill(slot->sum.begin(), slot->sum.end(), 0.0f);
       ++slot->sum_busy;
-      into = slot->direct_claimed ? Into::kAddToSum : Into::kSum;
-      if (into == Into::kSum) slot->direct_claimed = slot->direct_busy = true;
+      dst = slot->sum.data();
     }
   }
   const size_t bytes = slot->floats * 4;
-  if (into == Into::kSum) {
-    peer->read_payload(slot->sum.data(), bytes);
-  } else {
-    if (into == Into::kAddToSum) {
-      // Later pushes are added in place, so the first must be in the sum.
-      std::unique_lock<std::mutex> lock(slot->mu);
-      const ReaderWait parked(*this);
-      slot->cv.wait_until(lock, deadline.time_point(), [&] {
-        const bool ready = abort_->tripped() || !slot->direct_busy;
-        if (!ready) parked.start();
-        return ready;
+  // Piece by piece through a bounce buffer that stays in cache (TCP), or
+  // straight from the writer's memory (in-process): the push never makes a
+  // round trip through a chunk-sized scratch buffer in DRAM.
+  if (bounce.size() < kBounceFloats) bounce.resize(kBounceFloats);
+  size_t at = 0;  // floats added so far
+  peer->read_payload_pieces(
+      bytes, reinterpret_cast<uint8_t*>(bounce.data()), kBounceFloats * 4,
+      [&](const uint8_t* data, size_t size) {
+        const size_t n = size / 4;
+        std::lock_guard<std::mutex> lock(slot->mu);  // adders of a chunk take turns
+        if (!into_range) {
+          add_floats(dst + at, data, n);
+        } else if (ScopedUse use(*link_, lender); use) {
+          add_floats(dst + at, data, n);  // else revoked: the job is ending
+        }
+        at += n;
       });
-      if (abort_->tripped()) return;
-      if (slot->direct_busy) {
-        throw TimeoutError(self_.str() + ": " + push + " waited " +
-                           std::to_string(config_.timeout_ms) +
-                           " ms for the first push of the round to be read");
-      }
-    }
-    // Piece by piece through a bounce buffer that stays in cache (TCP), or
-    // straight from the writer's memory (in-process): the push never makes
-    // a round trip through a chunk-sized scratch buffer in DRAM.
-    if (bounce.size() < kBounceFloats) bounce.resize(kBounceFloats);
-    float* dst = into == Into::kAddToSum ? slot->sum.data() : range;
-    size_t at = 0;  // floats added so far
-    peer->read_payload_pieces(
-        bytes, reinterpret_cast<uint8_t*>(bounce.data()), kBounceFloats * 4,
-        [&](const uint8_t* data, size_t size) {
-          const size_t n = size / 4;
-          std::lock_guard<std::mutex> lock(slot->mu);  // adders of a chunk take turns
-          if (into == Into::kAddToSum) {
-            add_floats(dst + at, data, n);
-          } else if (ScopedUse use(*link_, lender); use) {
-            add_floats(dst + at, data, n);  // else revoked: the job is ending
-          }
-          at += n;
-        });
-  }
   bytes_in_ += bytes;
   std::vector<SendJob> replies;
   {
     std::lock_guard<std::mutex> lock(slot->mu);
-    if (into != Into::kAddToRange) --slot->sum_busy;
-    if (into == Into::kSum) {
-      slot->direct_busy = false;
-      slot->cv.notify_all();
-    }
+    if (!into_range) --slot->sum_busy;
     ++slot->arrived;
     replies = advance_locked(slot);
   }

@@ -37,8 +37,6 @@ struct ChunkRound {
   std::vector<uint8_t> pushed;                  // by worker rank, this round
   std::vector<std::shared_ptr<Peer>> reply_to;  // the connection each push came on
   int arrived = 0;                              // pushes read and summed
-  bool direct_claimed = false;                  // a push of this round reads into `sum`
-  bool direct_busy = false;                     // ... and is still reading
   int sends_left = 0;
   // Note [in-place rounds] (kv_server.h): the colocated worker's range for
   // this chunk once it contributed it (in_place_rank >= 0), the pushes that
