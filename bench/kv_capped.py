@@ -5,7 +5,10 @@ P1 = P2 = P hosts, each a network namespace whose link is capped by tc in each d
 For each chunk size: the median time of a push-pull round of one S-byte tensor (slowest
 worker), beside the bound S·(P1+P2−2)/P2 / rate — the bytes each host must send (and
 receive) per round under the cost model, at line rate — and the time shard readers spent
-parked (ServerStats.reader_wait_ns, summed over shards and rounds). Needs root.
+parked (ServerStats.reader_wait_ns, summed over shards and rounds). As the TCP limit of
+the same pattern, iperf3 first runs all-to-all between the hosts (every host sending to
+every other at once) and the bound is also given at the rate each host reached. Needs root
+and iperf3.
 
     sudo .venv/bin/python bench/kv_capped.py [--workers 4] [--megabytes 16]
         [--rate-mbit 100] [--chunks 256KiB,1MiB,4MiB] [--rounds 4]
@@ -14,10 +17,12 @@ parked (ServerStats.reader_wait_ns, summed over shards and rounds). Needs root.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -39,6 +44,31 @@ def run(cluster: HostCluster, args: argparse.Namespace, chunk: str) -> tuple[flo
     return max(float(m) for _, m, _ in found), sum(float(p) for _, _, p in found)
 
 
+def tcp_all_to_all_bits_per_s(cluster: HostCluster, seconds: int = 5) -> float:
+    """Mean over hosts of the bits/s each sends when all send to all others at once."""
+    hosts = range(cluster.count)
+    servers = [subprocess.Popen([*cluster.exec_prefix(i), "iperf3", "-s", "-1", "-p",
+                                 str(5300 + j)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+               for i in hosts for j in hosts if i != j]  # fmt: skip
+    time.sleep(1)
+    clients = [(j, subprocess.Popen([*cluster.exec_prefix(j), "iperf3", "-c",
+                                     cluster.addresses[i], "-p", str(5300 + j), "-t",
+                                     str(seconds), "-J"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL))
+               for j in hosts for i in hosts if i != j]  # fmt: skip
+    sent = [0.0] * cluster.count
+    try:
+        for j, client in clients:
+            out, _ = client.communicate(timeout=seconds + 30)
+            sent[j] += json.loads(out)["end"]["sum_received"]["bits_per_second"]
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+    return sum(sent) / len(sent)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, default=4)
@@ -52,11 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     bound = size * (2 * p - 2) / p / (args.rate_mbit * 1e6 / 8)
     print(f"P1 = P2 = {p}, {args.megabytes:g} MiB tensor, links capped at {args.rate_mbit:g} "
           f"Mbit/s each way; line-rate bound per round {bound:.3f} s")  # fmt: skip
-    print(f"{'chunk':>8} {'round s':>9} {'of bound':>9} {'parked s':>9}")
     with HostCluster(p, args.rate_mbit) as cluster:
+        tcp = tcp_all_to_all_bits_per_s(cluster)
+        tcp_bound = bound * args.rate_mbit * 1e6 / tcp
+        print(f"iperf3 all-to-all: {tcp / 1e6:.1f} Mbit/s sent per host; bound at that rate "
+              f"{tcp_bound:.3f} s")  # fmt: skip
+        print(f"{'chunk':>8} {'round s':>9} {'of bound':>9} {'of TCP':>7} {'parked s':>9}")
         for chunk in args.chunks.split(","):
             seconds, parked = run(cluster, args, chunk)
-            print(f"{chunk:>8} {seconds:9.3f} {bound / seconds:9.0%} {parked:9.2f}", flush=True)
+            print(f"{chunk:>8} {seconds:9.3f} {bound / seconds:9.0%} {tcp_bound / seconds:7.0%} "
+                  f"{parked:9.2f}", flush=True)  # fmt: skip
     return 0
 
 
