@@ -76,11 +76,22 @@ void resolve(const std::string& address, bool passive, AddrInfo* out) {
   }
 }
 
+constexpr int kNotSentLowatBytes = 256 << 10;
+
 void tune_socket(int fd, const TransportOptions& opt) {
   int one = 1;
   // Frames are written whole; Nagle would only delay the last segment of
   // each chunk and every small control frame.
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+#ifdef TCP_NOTSENT_LOWAT
+  // Keep little unsent data in the kernel, so that the send queue's priorities
+  // decide what goes on the wire next (a lower layer overtakes a big one's
+  // chunks, every worker's frames leave in the same order) — without capping
+  // the congestion window as a small SO_SNDBUF would. Otherwise autotuning
+  // lets megabytes queue per connection, committed in arrival order.
+  int lowat = kNotSentLowatBytes;
+  setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
+#endif
   if (opt.socket_buffer_bytes > 0) {
     int bytes = static_cast<int>(opt.socket_buffer_bytes);
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
