@@ -58,35 +58,16 @@ class Pipe {
   // Copies exactly n bytes from posted writes into dst. Throws kClosed at EOF
   // with the count read so far.
   void read(uint8_t* dst, size_t n, Deadline deadline, const std::string& peer) {
-    std::unique_lock<std::mutex> lock(mu_);
     size_t got = 0;
-    while (got < n) {
-      if (!cv_.wait_until(lock, deadline.time_point(),
-                          [&] { return avail_ > 0 || writer_done_ || reader_gone_ || broken_; })) {
-        throw TransportError(Kind::kTimeout, "read from " + peer + " timed out after " +
-                                                 std::to_string(got) + " of " + std::to_string(n) +
-                                                 " expected bytes");
-      }
-      if (reader_gone_) {
-        throw TransportError(Kind::kClosed, "connection to " + peer + " closed locally");
-      }
-      if (avail_ == 0) {
-        throw TransportError(Kind::kClosed, "connection closed by " + peer + " (EOF) after " +
-                                                std::to_string(got) + " of " + std::to_string(n) +
-                                                " expected bytes");
-      }
-      // The writer is parked until we are done with its bytes.
-      const size_t run = std::min(n - got, avail_);
-      std::memcpy(dst + got, src_, run);
-      src_ += run;
-      avail_ -= run;
-      got += run;
-      if (avail_ == 0) cv_.notify_all();
-    }
+    read_pieces(n, deadline, peer, [&](const uint8_t* piece, size_t size) {
+      std::memcpy(dst + got, piece, size);
+      got += size;
+    });
   }
 
-  // Like read, but hands the writer's bytes to `sink` in place (under the
-  // lock, so the writer stays parked and its buffer valid meanwhile).
+  // Hands the writer's bytes to `sink` in place (under the lock, so the
+  // writer stays parked and its buffer valid meanwhile). Throws kClosed at
+  // EOF with the count read so far.
   void read_pieces(size_t n, Deadline deadline, const std::string& peer,
                    const Connection::PieceSink& sink) {
     std::unique_lock<std::mutex> lock(mu_);
