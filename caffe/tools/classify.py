@@ -24,6 +24,7 @@ import numpy as np
 from caffe import io
 from caffe.classifier import Classifier
 from caffe.errors import CaffeError
+from caffe.tools.exit_status import run_reporting_errors
 from caffe.tools.preprocessing_args import add_model_args, load_mean, parse_ints, use_device
 
 _log = logging.getLogger("caffe")
@@ -87,12 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ext", default="jpg", help="Image file extension for a directory input.")
     args = parser.parse_args(argv)
-    try:
-        classify(args)
-    except (CaffeError, OSError) as e:
-        _log.error("%s", e)
-        return 1
-    return 0
+    return run_reporting_errors(lambda: classify(args), (CaffeError, OSError))
 
 
 if __name__ == "__main__":

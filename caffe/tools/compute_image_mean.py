@@ -21,6 +21,7 @@ from caffe.data_transformer import datum_to_chw
 from caffe.db import open_db
 from caffe.errors import CaffeError
 from caffe.proto import caffe_pb2
+from caffe.tools.exit_status import run_reporting_errors
 from caffe.weights_io import write_blobproto
 
 _log = logging.getLogger("caffe")
@@ -80,12 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("input_db")
     parser.add_argument("output_file", nargs="?")
     args = parser.parse_args(_gflags_style(sys.argv[1:] if argv is None else argv))
-    try:
-        compute_image_mean(args.input_db, args.output_file, args.backend)
-    except CaffeError as e:
-        _log.error("%s", e)
-        return 1
-    return 0
+    return run_reporting_errors(
+        lambda: compute_image_mean(args.input_db, args.output_file, args.backend)
+    )
 
 
 if __name__ == "__main__":

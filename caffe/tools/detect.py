@@ -25,6 +25,7 @@ import numpy as np
 
 from caffe.detector import Detector
 from caffe.errors import CaffeError
+from caffe.tools.exit_status import run_reporting_errors
 from caffe.tools.preprocessing_args import add_model_args, load_mean, parse_ints, use_device
 
 _log = logging.getLogger("caffe")
@@ -151,12 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         "--context_pad", type=int, default=16, help="Amount of surrounding context to collect."
     )
     args = parser.parse_args(argv)
-    try:
-        detect(args)
-    except (CaffeError, OSError, ImportError) as e:
-        _log.error("%s", e)
-        return 1
-    return 0
+    return run_reporting_errors(lambda: detect(args), (CaffeError, OSError, ImportError))
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ import logging
 import sys
 
 from caffe.draw import RANKDIRS, draw_net_to_file
-from caffe.errors import CaffeError
 from caffe.proto import caffe_pb2
 from caffe.proto_io import read_net_param
+from caffe.tools.exit_status import run_reporting_errors
 
 _log = logging.getLogger("caffe")
 PHASES = {"TRAIN": caffe_pb2.TRAIN, "TEST": caffe_pb2.TEST, "ALL": None}
@@ -46,20 +46,19 @@ def main(argv: list[str] | None = None) -> int:
         "--display_lrm", action="store_true", help="show lr_mult and decay_mult of each param"
     )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        net = read_net_param(args.input_net_proto_file)
-        _log.info("Drawing net to %s", args.output_image_file)
-        draw_net_to_file(
-            net,
-            args.output_image_file,
-            args.rankdir,
-            phase=PHASES[args.phase],
-            display_lrm=args.display_lrm,
-        )
-    except CaffeError as e:
-        _log.error("%s", e)
-        return 1
-    return 0
+    return run_reporting_errors(lambda: draw(args))
+
+
+def draw(args: argparse.Namespace) -> None:
+    net = read_net_param(args.input_net_proto_file)
+    _log.info("Drawing net to %s", args.output_image_file)
+    draw_net_to_file(
+        net,
+        args.output_image_file,
+        args.rankdir,
+        phase=PHASES[args.phase],
+        display_lrm=args.display_lrm,
+    )
 
 
 if __name__ == "__main__":
