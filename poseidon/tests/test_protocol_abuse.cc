@@ -131,6 +131,9 @@ TEST(server_survives_abuse_without_losing_a_round) {
   ptest::LocalCluster cluster(o);
   std::atomic<int64_t> rounds_done{0};
   std::atomic<bool> abuse_done{false};
+  // Both workers must run the same rounds: rank 0 fixes the last one (5
+  // after it sees the abuse end); rank 1 is never more than one round ahead.
+  std::atomic<int64_t> stop_at{1000000};
   std::atomic<int> wrong_sums{0};
   std::map<std::string, std::string> answers;
 
@@ -186,8 +189,7 @@ TEST(server_survives_abuse_without_losing_a_round) {
     w.plan({ptest::ps_layer(0, kLayerFloats)});
     std::vector<float> g(kLayerFloats);
     w.register_layer(0, g.data(), g.size());
-    int64_t after = 0;  // rounds after the abuse ended
-    for (int64_t t = 0; after < 5 && t < 1000000; ++t) {
+    for (int64_t t = 0; t < stop_at.load(); ++t) {
       for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(rank + 1 + i % 3);
       w.push_pull(0, t).wait(o.timeout_ms);
       for (size_t i = 0; i < g.size(); ++i) {
@@ -196,8 +198,10 @@ TEST(server_survives_abuse_without_losing_a_round) {
           break;
         }
       }
-      if (rank == 0) rounds_done = t + 1;
-      if (abuse_done.load()) ++after;
+      if (rank == 0) {
+        rounds_done = t + 1;
+        if (abuse_done.load() && stop_at.load() == 1000000) stop_at = t + 6;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     w.barrier("end", o.timeout_ms);
