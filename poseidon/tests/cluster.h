@@ -144,4 +144,18 @@ inline poseidon::LayerSpec ps_layer(uint32_t id, uint64_t n) {
   return s;
 }
 
+// An SFB-forced InnerProduct spec: 64 outputs, 32 inputs, batch 8.
+inline poseidon::LayerSpec sfb_layer(uint32_t id) {
+  poseidon::LayerSpec s;
+  s.layer_id = id;
+  s.name = "fc" + std::to_string(id);
+  s.kind = poseidon::LayerKind::kFullyConnected;
+  s.m = 64;
+  s.n = 32;
+  s.k = 8;
+  s.num_floats = 64 * 32;
+  s.force = poseidon::SchemeChoice::kSFB;
+  return s;
+}
+
 }  // namespace ptest

@@ -13,19 +13,6 @@ using namespace poseidon;
 
 namespace {
 
-LayerSpec sfb_layer(uint32_t id) {
-  LayerSpec s;
-  s.layer_id = id;
-  s.name = "fc" + std::to_string(id);
-  s.kind = LayerKind::kFullyConnected;
-  s.m = 64;
-  s.n = 32;
-  s.k = 8;
-  s.num_floats = 64 * 32;
-  s.force = SchemeChoice::kSFB;
-  return s;
-}
-
 // "" or what is wrong with `t` for an op started at `before` and waited for
 // until `after`.
 std::string check_timing(const HandleTiming& t, int64_t before, int64_t after,
@@ -111,7 +98,7 @@ void run_sfb(const std::string& transport, int p) {
   Errors bad;
   const std::string name = transport + " SFB P=" + std::to_string(p);
   const auto errors = cluster.run_workers([&](Worker& w, int rank) {
-    w.plan({sfb_layer(3)});
+    w.plan({ptest::sfb_layer(3)});
     w.register_sfb_layer(3, 2000);
     for (int64_t t = 0; t < 4; ++t) {
       // Ranks take turns being late, so some ops find every peer's factor

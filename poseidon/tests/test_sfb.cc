@@ -22,19 +22,6 @@ float factor_value(int rank, size_t i, int64_t t) {
   return static_cast<float>(1000 * rank + static_cast<int64_t>(i) + t);
 }
 
-LayerSpec sfb_layer(uint32_t id) {
-  LayerSpec s;
-  s.layer_id = id;
-  s.name = "fc" + std::to_string(id);
-  s.kind = LayerKind::kFullyConnected;
-  s.m = 64;
-  s.n = 32;
-  s.k = 8;
-  s.num_floats = 64 * 32;
-  s.force = SchemeChoice::kSFB;
-  return s;
-}
-
 void run(const std::string& transport, int p1) {
   ptest::ClusterOptions o;
   o.workers = p1;
@@ -49,7 +36,7 @@ void run(const std::string& transport, int p1) {
     bad.push_back(s);
   };
   const auto errors = cluster.run_workers([&](Worker& w, int rank) {
-    const Plan& plan = w.plan({ptest::ps_layer(0, 100), sfb_layer(3), sfb_layer(4)});
+    const Plan& plan = w.plan({ptest::ps_layer(0, 100), ptest::sfb_layer(3), ptest::sfb_layer(4)});
     CHECK(plan.find(3)->scheme == Scheme::kSFB);
     const size_t max_floats = 2000;
     w.register_sfb_layer(3, max_floats);
