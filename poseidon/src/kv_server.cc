@@ -53,32 +53,6 @@ KVServer::~KVServer() {
   link_->close();
 }
 
-// Counts a reader's parked time into ServerStats (reader_waits, reader_wait_ns)
-// if the wait it guards did block; start() is called by the wait's predicate.
-class KVServer::ReaderWait {
- public:
-  explicit ReaderWait(KVServer& server) : server_(server) {}
-  ReaderWait(const ReaderWait&) = delete;
-  ReaderWait& operator=(const ReaderWait&) = delete;
-  ~ReaderWait() {
-    if (!started_) return;
-    const auto waited = std::chrono::steady_clock::now() - since_;
-    server_.reader_waits_ += 1;
-    server_.reader_wait_ns_ +=
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count());
-  }
-  void start() const {
-    if (started_) return;
-    started_ = true;
-    since_ = std::chrono::steady_clock::now();
-  }
-
- private:
-  KVServer& server_;
-  mutable bool started_ = false;
-  mutable std::chrono::steady_clock::time_point since_;
-};
-
 ServerStats KVServer::stats() const {
   return ServerStats{rounds_.load(),       bytes_in_.load(),        bytes_out_.load(),
                      rejected_.load(),     rounds_in_place_.load(), sums_merged_.load(),
@@ -209,13 +183,20 @@ bool KVServer::join_round(ChunkRound* slot, std::unique_lock<std::mutex>& lock,
                           const Deadline& deadline) {
   // The next round's first push may arrive while this round's sums are
   // still being written (from the buffer it would be read into): wait.
-  const ReaderWait parked(*this);
-  slot->cv.wait_until(lock, deadline.time_point(), [&] {
-    const bool ready = abort_->tripped() || !(slot->phase == ChunkRound::Phase::kSending &&
-                                              h.iteration == slot->round_iteration + 1);
-    if (!ready) parked.start();
-    return ready;
-  });
+  // The wait is counted (ServerStats.reader_waits): this reader reads
+  // nothing meanwhile, so the sender's later frames on its connection stall.
+  const auto behind_sums = [&] {
+    return slot->phase == ChunkRound::Phase::kSending && h.iteration == slot->round_iteration + 1;
+  };
+  if (behind_sums()) {
+    const auto since = std::chrono::steady_clock::now();
+    slot->cv.wait_until(lock, deadline.time_point(),
+                        [&] { return abort_->tripped() || !behind_sums(); });
+    reader_waits_ += 1;
+    reader_wait_ns_ += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 std::chrono::steady_clock::now() - since)
+                                                 .count());
+  }
   if (abort_->tripped()) return false;
   if (slot->phase == ChunkRound::Phase::kSending) {
     if (h.iteration == slot->round_iteration + 1) {

@@ -160,7 +160,6 @@ class KVServer {
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> rounds_in_place_{0};
   std::atomic<uint64_t> sums_merged_{0};
-  class ReaderWait;
   std::atomic<uint64_t> reader_waits_{0};
   std::atomic<uint64_t> reader_wait_ns_{0};
 };
