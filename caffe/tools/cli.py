@@ -84,10 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     with log_to_files("caffe"):
-        return _run_reporting_errors(argv)
+        return _run_with_exit_status(argv)
 
 
-def _run_reporting_errors(argv: list[str]) -> int:
+def _run_with_exit_status(argv: list[str]) -> int:
     """run(argv), with a user error or Ctrl-C turned into a log line and an exit status."""
     debug = _debug_requested(argv)
     try:
