@@ -20,6 +20,7 @@ import torch
 from caffe.conv_geometry import spatial_values
 from caffe.fillers import fill
 from caffe.layer import Layer
+from caffe.sync_layout import CommShape
 
 MAX_SPATIAL_AXES = 3  # PyTorch's convolution kernels cover 1-D, 2-D and 3-D.
 
@@ -101,6 +102,10 @@ class BaseConvolutionLayer(Layer):
         fill(self.blobs.add_blob(*expected[0]), p.weight_filler)
         if self.bias_term:
             fill(self.blobs.add_blob(self.num_output), p.bias_filler)
+
+    def comm_shape(self, bottom):
+        shape = Layer.comm_shape(self, bottom)
+        return CommShape("conv", shape.m, shape.n, shape.rows)
 
     # ----- shapes ---------------------------------------------------------------------------
     def reshape(self, bottom, top):

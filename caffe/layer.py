@@ -25,6 +25,7 @@ from caffe.common import compute_device
 from caffe.errors import LayerError, NetError
 from caffe.proto import caffe_pb2
 from caffe.registry import Registry
+from caffe.sync_layout import CommShape
 
 _REGISTRY: Registry[type[Layer]] = Registry("layer", NetError)
 L = TypeVar("L", bound="type[Layer]")
@@ -143,6 +144,16 @@ class Layer:
 
     def allow_force_backward(self, bottom_index: int) -> bool:
         return True
+
+    def comm_shape(self, bottom: Sequence[Blob]) -> CommShape:
+        """How the communication cost model sees this layer's weight (caffe/sync_layout.py):
+        blob 0 as rows × the rest, the bottom's batch as K. Convolution and InnerProduct
+        say more."""
+        shape = self.blobs[0].shape if self.blobs else [1]
+        m = shape[0] if shape else 1
+        n = max(1, self.blobs[0].count // max(1, m)) if self.blobs else 1
+        rows = bottom[0].shape[0] if bottom and bottom[0].shape else 1
+        return CommShape("other", m, n, rows)
 
     # ----- hooks for subclasses ---------------------------------------------------------
     def setup(self, bottom: Sequence[Blob], top: Sequence[Blob]) -> None:

@@ -45,7 +45,8 @@ import torch
 import poseidon
 from caffe.common import set_multiprocess, set_solver_count, set_solver_rank
 from caffe.errors import CaffeError, DistributedError
-from caffe.sufficient_factors import FactorCollector, rebuild_gradients
+from caffe.sufficient_factors import FactorCollector
+from caffe.sync_layout import SyncLayer, sync_layout
 from caffe.sync_staging import GradientStaging, to_host_async
 from poseidon import _C
 from poseidon.config import SettingError
@@ -88,13 +89,8 @@ def _explain(error: poseidon.CommError) -> str:
 class LayerSyncer:
     """One learnable layer's synchronisation state."""
 
-    index: int  # layer index in the net = the comm core's layer id
-    name: str
-    start: int  # range in Net.param_diff / param_data
-    end: int
-    param_ids: list[int]  # learnable-param ids owned by the layer (solver order)
+    layout: SyncLayer  # which layer, its diff range, late or not, its shape for the plan
     scheme: str = "PS"  # "PS" or "SFB" (from the coordinator's plan)
-    late: bool = False  # synced at on_gradients_ready (shared parameters)
     staging: GradientStaging | None = None
     collector: FactorCollector | None = None
     handle: object | None = None
@@ -102,6 +98,14 @@ class LayerSyncer:
     pending: bool = False  # gradient in flight or received; update not yet applied
     submitted_us: float = 0.0
     bytes_seen: tuple[int, int] = (0, 0)
+
+    # Shorthands for the layout's fields.
+    index = property(lambda self: self.layout.index)
+    name = property(lambda self: self.layout.name)
+    late = property(lambda self: self.layout.late)
+    start = property(lambda self: self.layout.start)
+    end = property(lambda self: self.layout.end)
+    param_ids = property(lambda self: self.layout.param_ids)
 
 
 class PoseidonSync:
@@ -146,47 +150,16 @@ class PoseidonSync:
 
     # ----- setup --------------------------------------------------------------------------
     def _make_syncers(self) -> list[LayerSyncer]:
-        net = self.net
-        owned: dict[int, list[int]] = {}
-        shared_owner_layers: set[int] = set()
-        for net_id, (layer_id, _) in enumerate(net._param_layer_indices):
-            owner = net._param_owners[net_id]
-            if owner < 0:
-                owned.setdefault(layer_id, []).append(net._learnable_param_ids[net_id])
-            else:
-                shared_owner_layers.add(net._param_layer_indices[owner][0])
-        syncers = []
-        for layer_id, param_ids in sorted(owned.items()):
-            if all(net.params_lr[p] == 0 for p in param_ids):
-                continue  # frozen: its update is local and zero-step; nothing to agree on
-            start, end = net.layer_param_range[layer_id]
-            syncers.append(
-                LayerSyncer(
-                    index=layer_id,
-                    name=net._layer_names[layer_id],
-                    start=start,
-                    end=end,
-                    param_ids=param_ids,
-                    late=layer_id in shared_owner_layers,
-                )
-            )
-        return syncers
+        return [LayerSyncer(layer) for layer in sync_layout(self.net)]
 
     def _layer_spec(self, s: LayerSyncer, force: _C.SchemeChoice) -> _C.LayerSpec:
-        layer = self.net.layers[s.index]
-        floats = s.end - s.start
-        if layer.type == "InnerProduct" and not s.late:
-            rows = layer.M * self.iter_size
-            return _C.LayerSpec(s.index, s.name, _C.LayerKind.FC, layer.num_output, layer.K,
-                                rows, floats, force)  # fmt: skip
-        convolution = layer.type in ("Convolution", "Deconvolution")
-        kind = _C.LayerKind.CONV if convolution else _C.LayerKind.OTHER
-        weight = layer.blobs[0].shape
-        m = weight[0] if weight else 1
-        n = max(1, layer.blobs[0].count // max(1, m))
-        batch = self.net._bottom_vecs[s.index][0].shape[0] if self.net._bottom_vecs[s.index] else 1
-        return _C.LayerSpec(s.index, s.name, kind, m, n, batch * self.iter_size, floats,
-                            _C.SchemeChoice.PS)  # fmt: skip
+        shape = s.layout.shape
+        kinds = {"FC": _C.LayerKind.FC, "conv": _C.LayerKind.CONV}
+        kind = kinds.get(shape.kind, _C.LayerKind.OTHER)
+        if kind != _C.LayerKind.FC:
+            force = _C.SchemeChoice.PS
+        return _C.LayerSpec(s.index, s.name, kind, shape.m, shape.n, shape.rows * self.iter_size,
+                            s.end - s.start, force)  # fmt: skip
 
     def _agree_on_plan(self, force_scheme: str) -> _C.Plan:
         force = {"auto": _C.SchemeChoice.AUTO, "ps": _C.SchemeChoice.PS, "sfb": _C.SchemeChoice.SFB}
@@ -221,9 +194,10 @@ class PoseidonSync:
                 self.worker.register_layer(s.index, s.staging.host_array())
                 continue
             layer = self.net.layers[s.index]
-            s.collector = FactorCollector(layer.num_output, layer.K)
+            s.collector = FactorCollector(*layer.factor_widths())
             # The same buffer also carries rank 0's weights once, at start.
-            max_floats = max(s.collector.max_floats(layer.M, self.iter_size), s.end - s.start)
+            rows = s.layout.shape.rows
+            max_floats = max(s.collector.max_floats(rows, self.iter_size), s.end - s.start)
             self.worker.register_sfb_layer(s.index, max_floats)
             layer.sufficient_factor_sink = s.collector
 
@@ -367,14 +341,8 @@ class PoseidonSync:
             self.timeline.span(s.name, "apply", start, self._now(), iteration=s.iteration)
 
     def _rebuild_from_factors(self, s: LayerSyncer, scale: float) -> None:
-        layer = self.net.layers[s.index]
         factors = [self.worker.factor(s.index, s.iteration, r) for r in range(self.num_workers)]
-        weight_diff = layer.blobs[0].diff_tensor if layer.param_propagate_down[0] else None
-        bias_diff = None
-        if layer.bias_term and layer.param_propagate_down[1]:
-            bias_diff = layer.blobs[1].diff_tensor
-        rebuild_gradients(factors, layer.num_output, layer.K, weight_diff, bias_diff,
-                          layer.transpose, scale)  # fmt: skip
+        self.net.layers[s.index].add_factor_gradients(factors, scale)
 
     # ----- start: every worker begins from rank 0's weights ----------------------------------
     def _broadcast_initial_weights(self) -> None:

@@ -7,12 +7,15 @@ GEMM is the one that sufficient-factor broadcasting replaces, so it must be sepa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from caffe.fillers import fill
 from caffe.layer import Layer, register_layer
+from caffe.sufficient_factors import rebuild_gradients
+from caffe.sync_layout import CommShape
 
 
 @register_layer("InnerProduct")
@@ -79,6 +82,24 @@ class InnerProductLayer(Layer):
             w = self.blobs[0].data_tensor
             dx = dy @ (w.t() if self.transpose else w)
             bottom[0].set_diff(dx.view(bottom[0].shape_tuple))
+
+    # ----- sufficient factors (caffe/parallel.py, SFB) ----------------------------------------
+    def comm_shape(self, bottom) -> CommShape:
+        return CommShape("FC", self.num_output, self.K, self.M)
+
+    def factor_widths(self) -> tuple[int, int]:
+        """Floats per row of the two factors the sink receives: top diff, bottom data."""
+        return self.num_output, self.K
+
+    def add_factor_gradients(self, factors: Sequence[np.ndarray], scale: float) -> None:
+        """Add scale·(every worker's dyᵀ·x) into the weight diff, and scale·Σ dy into the
+        bias diff: the rebuild GEMM of sufficient-factor broadcasting."""
+        weight_diff = self.blobs[0].diff_tensor if self.param_propagate_down[0] else None
+        bias_diff = None
+        if self.bias_term and self.param_propagate_down[1]:
+            bias_diff = self.blobs[1].diff_tensor
+        rebuild_gradients(factors, self.num_output, self.K, weight_diff, bias_diff,
+                          self.transpose, scale)  # fmt: skip
 
     def accumulate_weight_gradient(self, dy: torch.Tensor, x: torch.Tensor) -> None:
         """dW += dyᵀ·x (or xᵀ·dy when transposed): the sum of M rank-1 sufficient factors."""
