@@ -41,6 +41,11 @@ size_t LayerPlan::chunk_length(uint32_t chunk) const {
   return static_cast<size_t>(std::min<uint64_t>(chunk_floats, spec.num_floats - begin));
 }
 
+size_t min_spread_chunk_bytes(size_t chunk_bytes) {
+  const size_t floor = std::max<size_t>(4, chunk_bytes / kSpreadChunksPerChunk / 4 * 4);
+  return std::min(kMinSpreadChunkBytes, floor);
+}
+
 uint32_t count_chunks(uint64_t num_floats, size_t chunk_floats) {
   if (chunk_floats == 0) throw ConfigError("chunk size of 0 floats");
   const uint64_t n = std::max<uint64_t>(1, (num_floats + chunk_floats - 1) / chunk_floats);
@@ -87,8 +92,8 @@ Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme
       // chunks to reach every shard when the tensor is big enough.
       const uint64_t n = s.num_floats;
       uint64_t chunks = count_chunks(n, plan.chunk_floats());
-      const uint64_t spread =
-          std::min<uint64_t>(static_cast<uint64_t>(num_servers), n / (kMinSpreadChunkBytes / 4));
+      const uint64_t spread = std::min<uint64_t>(static_cast<uint64_t>(num_servers),
+                                                 n / (min_spread_chunk_bytes(chunk_bytes) / 4));
       chunks = std::max(chunks, spread);
       lp.chunk_floats = std::max<uint64_t>(1, (n + chunks - 1) / chunks);
       lp.num_chunks = count_chunks(n, static_cast<size_t>(lp.chunk_floats));

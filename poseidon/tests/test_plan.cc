@@ -58,6 +58,21 @@ TEST(small_tensors_still_spread_over_every_shard) {
   CHECK_EQ(p.layers[0].num_chunks, 10u);
 }
 
+TEST(layout_keeps_its_shape_when_every_size_shrinks_by_one_factor) {
+  // The byte-scaled replay divides tensors and chunk_bytes by s: chunk counts stay.
+  const size_t mib = 1 << 20;
+  CHECK_EQ(min_spread_chunk_bytes(mib), size_t{64} << 10);
+  CHECK_EQ(min_spread_chunk_bytes(4 * mib), size_t{64} << 10);
+  CHECK_EQ(min_spread_chunk_bytes(mib / 32), size_t{2} << 10);
+  CHECK_EQ(min_spread_chunk_bytes(8), size_t{4});
+  for (const uint64_t floats : {uint64_t{1792}, uint64_t{36928}, uint64_t{295168},
+                                uint64_t{2359808}, uint64_t{102764544}}) {
+    const Plan real = make_plan({spec(0, floats)}, 16, 16, mib, SchemeChoice::kAuto);
+    const Plan scaled = make_plan({spec(0, floats / 32)}, 16, 16, mib / 32, SchemeChoice::kAuto);
+    CHECK_EQ(real.layers[0].num_chunks, scaled.layers[0].num_chunks);
+  }
+}
+
 TEST(chunks_spread_evenly_over_shards) {
   // Many one-chunk layers must not all land on shard 0.
   std::vector<LayerSpec> specs;

@@ -31,8 +31,13 @@ struct LayerSpec {
 };
 
 // Smallest chunk a tensor is cut into so that it spreads over more shards:
-// below this, another frame costs more than the parallelism gains.
+// below this, another frame costs more than the parallelism gains. With small
+// chunk sizes the floor is a sixteenth of a chunk instead, so that the layout
+// keeps its shape when every size shrinks by one factor (the byte-scaled
+// compute replay of poseidon/experiments: chunk_bytes / s, same chunk counts).
 inline constexpr size_t kMinSpreadChunkBytes = size_t{64} << 10;
+inline constexpr size_t kSpreadChunksPerChunk = 16;
+size_t min_spread_chunk_bytes(size_t chunk_bytes);  // min(64 KiB, chunk_bytes / 16), >= 4
 
 struct LayerPlan {
   LayerSpec spec;
@@ -48,7 +53,7 @@ struct LayerPlan {
 
 // Note [chunk layout]: a PS tensor of n floats is cut into chunks of equal
 // size (the last may be shorter) of at most chunk_bytes, and into at least
-// min(P2, n·4 / kMinSpreadChunkBytes) of them, so that a tensor smaller than
+// min(P2, n·4 / min_spread_chunk_bytes(chunk_bytes)) of them, so that a tensor smaller than
 // P2 chunks still spreads over the shards (a 4 MB layer on 4 shards is 4
 // chunks of 1 MB, not 1 chunk on one shard). An empty tensor is one empty
 // chunk: it still makes a round.
