@@ -1,7 +1,8 @@
 """KV-store push-pull on emulated hosts with capped links, against the line-rate bound.
 
 P1 = P2 = P hosts, each a network namespace whose link is capped by tc in each direction
-(bench/netns.py), each running one worker with its shard in-process (the paper's layout).
+(poseidon/experiments/emulation.py), each running one worker with its shard in-process
+(the paper's layout).
 For each chunk size: the median time of a push-pull round of one S-byte tensor (slowest
 worker), beside the bound S·(P1+P2−2)/P2 / rate — the bytes each host must send (and
 receive) per round under the cost model, at line rate — and the time shard readers spent
@@ -26,12 +27,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from netns import HostCluster  # noqa: E402
+from poseidon.experiments.emulation import EmulatedHosts  # noqa: E402
 
 RESULT = re.compile(r"RESULT rank=(\d+) median_s=([\d.]+) parked_s=([\d.]+)")
 
 
-def run(cluster: HostCluster, args: argparse.Namespace, chunk: str) -> tuple[float, float]:
+def run(cluster: EmulatedHosts, args: argparse.Namespace, chunk: str) -> tuple[float, float]:
     command = [sys.executable, "-m", "poseidon.cli", "launch", "-n", str(args.workers),
                "-s", str(args.workers), "--hostfile", cluster.hostfile(),
                "--ssh", cluster.ssh_wrapper(), "--port", "29652", "--chunk-bytes", chunk,
@@ -44,7 +45,7 @@ def run(cluster: HostCluster, args: argparse.Namespace, chunk: str) -> tuple[flo
     return max(float(m) for _, m, _ in found), sum(float(p) for _, _, p in found)
 
 
-def tcp_all_to_all_bits_per_s(cluster: HostCluster, seconds: int = 5) -> float:
+def tcp_all_to_all_bits_per_s(cluster: EmulatedHosts, seconds: int = 5) -> float:
     """Mean over hosts of the bits/s each sends when all send to all others at once."""
     hosts = range(cluster.count)
     servers = [subprocess.Popen([*cluster.exec_prefix(i), "iperf3", "-s", "-1", "-p",
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     bound = size * (2 * p - 2) / p / (args.rate_mbit * 1e6 / 8)
     print(f"P1 = P2 = {p}, {args.megabytes:g} MiB tensor, links capped at {args.rate_mbit:g} "
           f"Mbit/s each way; line-rate bound per round {bound:.3f} s")  # fmt: skip
-    with HostCluster(p, args.rate_mbit) as cluster:
+    with EmulatedHosts(p, args.rate_mbit * 1e6) as cluster:
         tcp = tcp_all_to_all_bits_per_s(cluster)
         tcp_bound = bound * args.rate_mbit * 1e6 / tcp
         print(f"iperf3 all-to-all: {tcp / 1e6:.1f} Mbit/s sent per host; bound at that rate "

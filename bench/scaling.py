@@ -24,8 +24,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from netns import HostCluster  # noqa: E402
 from scaling_net import SOLVER, prototxt  # noqa: E402
+
+from poseidon.experiments.emulation import EmulatedHosts  # noqa: E402
 
 MODES = ("ps-nooverlap", "wfbp", "poseidon")
 RESULT = re.compile(r"RESULT rank=(\d+) iters_per_s=([0-9.]+)(?: checksum=(\S+))?")
@@ -96,7 +97,7 @@ def measure(network: str, args, solver: str) -> dict[tuple[str, int], float]:
     for workers in args.workers:
         cluster = None
         if network == "capped":
-            cluster = HostCluster(workers, args.rate_mbit).__enter__()
+            cluster = EmulatedHosts(workers, args.rate_mbit * 1e6).__enter__()
         try:
             sums = {}
             for mode in MODES:

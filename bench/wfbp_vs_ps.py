@@ -1,10 +1,10 @@
 """WFBP against Caffe+PS (ps-nooverlap) on capped links, repeated in pairs.
 
-One cluster of P emulated hosts (bench/netns.py, links capped by tc), the scaling bench's
-FC-heavy net (bench/scaling_net.py); wfbp and ps-nooverlap take turns, `--pairs` times, so
-that load changes hit both alike. Prints each run's iterations/s (the slowest worker's) and
-the ratio of the means. Needs root. Transport settings come from the environment
-(e.g. POSEIDON_SOCKET_BUFFER_BYTES, POSEIDON_CHUNK_BYTES).
+One cluster of P emulated hosts (poseidon/experiments/emulation.py, links capped by tc), the
+scaling bench's FC-heavy net (bench/scaling_net.py); wfbp and ps-nooverlap take turns,
+`--pairs` times, so that load changes hit both alike. Prints each run's iterations/s (the
+slowest worker's) and the ratio of the means. Needs root. Transport settings come from the
+environment (e.g. POSEIDON_SOCKET_BUFFER_BYTES, POSEIDON_CHUNK_BYTES).
 
     sudo .venv/bin/python bench/wfbp_vs_ps.py [--workers 4] [--pairs 3] [--iters 8]
 """
@@ -20,8 +20,9 @@ import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from netns import HostCluster  # noqa: E402
 from scaling import run_poseidon, write_solver  # noqa: E402
+
+from poseidon.experiments.emulation import EmulatedHosts  # noqa: E402
 
 MODES = ("wfbp", "ps-nooverlap")
 
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory() as directory:
         solver = write_solver(directory, args.batch)
-        with HostCluster(args.workers, args.rate_mbit) as cluster:
+        with EmulatedHosts(args.workers, args.rate_mbit * 1e6) as cluster:
             for _ in range(args.pairs):
                 for mode in MODES:
                     rate, _ = run_poseidon(mode, args.workers, cluster, solver, run_args)

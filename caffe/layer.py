@@ -42,6 +42,12 @@ def layer_type_list() -> list[str]:
     return _REGISTRY.names()
 
 
+def layer_class(type_name: str) -> type[Layer]:
+    """The class registered for `type_name`; an unknown name lists the known ones."""
+    _load_builtin_layers()
+    return _REGISTRY.lookup(type_name, f"layer type '{type_name}'")
+
+
 def create_layer(param: caffe_pb2.LayerParameter, device: torch.device | None = None) -> Layer:
     """Instantiate the registered class for param.type; unknown types list the known ones."""
     _load_builtin_layers()

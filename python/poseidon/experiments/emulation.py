@@ -1,0 +1,171 @@
+"""Several emulated hosts on one machine: Linux network namespaces on a bridge, each host's
+link capped with tc (needs root and iproute2).
+
+Host i is namespace `<prefix>h<i>` with address <subnet>.<i+1>/24 on veth `<prefix>v<i>`,
+whose other end `<prefix>b<i>` is a port of the bridge `<prefix>br0`. With a rate, a token
+bucket caps both directions of every host's link (the host's egress inside its namespace,
+and the bridge port's egress towards it), like a host behind a full-duplex NIC of that
+speed. `ssh_wrapper()` writes a stand-in for `ssh HOST COMMAND` that runs COMMAND inside
+HOST's namespace, so the launcher's host-file mode starts processes on the emulated hosts.
+
+Note [idle restart]. Each namespace turns off net.ipv4.tcp_slow_start_after_idle: a layer's
+gradient leaves in a burst after a quiet backward pass, and a connection that forgets its
+window after every pause would measure TCP's slow start, not the link. Clusters that train
+over TCP commonly set the same.
+
+Note [token bucket]. The bucket holds at least 64 KiB and 4 ms at the rate (the kernel
+refills in timer ticks); the queue holds `queue_ms` at the rate. tc counts every packet's
+IP and TCP headers and the 14-byte Ethernet header, so TCP's goodput through it is
+1448/1514 of the rate with a 1500-byte MTU (TCP_GOODPUT_TBF; predict.py uses it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+
+# TCP payload per packet (MSS with timestamps) over the bytes tc counts for it.
+TCP_GOODPUT_TBF = 1448 / 1514
+
+
+class EmulationError(RuntimeError):
+    """The emulated hosts cannot be set up here; the message says what is missing."""
+
+
+def check_can_emulate() -> None:
+    """Raise EmulationError naming what is missing (root, iproute2)."""
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        raise EmulationError(f"emulation needs iproute2 ({', '.join(missing)} not found; "
+                             "e.g. apt-get install iproute2)")  # fmt: skip
+    if os.geteuid() != 0:
+        raise EmulationError("emulation needs root: it creates network namespaces and caps "
+                             "their links with tc (run as root, e.g. with sudo)")  # fmt: skip
+
+
+def _run(*args: str) -> None:
+    done = subprocess.run(list(args), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EmulationError(f"{' '.join(args)}: {done.stderr.strip() or done.returncode}")
+
+
+def _quiet(*args: str) -> None:
+    subprocess.run(list(args), capture_output=True)
+
+
+class EmulatedHosts:
+    """`count` hosts with links of `rate_bps` bits/s each way (None: uncapped)."""
+
+    def __init__(self, count: int, rate_bps: float | None, prefix: str = "pos",
+                 subnet: str = "10.77.0", queue_ms: float = 50.0) -> None:  # fmt: skip
+        if not 1 <= count <= 250:
+            raise ValueError(f"{count} emulated hosts (want 1..250)")
+        self.count = count
+        self.rate_bps = rate_bps
+        self.prefix = prefix
+        self.queue_ms = queue_ms
+        self.addresses = [f"{subnet}.{i + 1}" for i in range(count)]
+        self.namespaces = [f"{prefix}h{i}" for i in range(count)]
+        self.bridge = f"{prefix}br0"
+        self._files: list[str] = []
+
+    # ----- life cycle ---------------------------------------------------------------------
+    def __enter__(self) -> EmulatedHosts:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    def start(self) -> None:
+        check_can_emulate()
+        self.teardown()  # leftovers of an interrupted run
+        try:
+            _run("ip", "link", "add", self.bridge, "type", "bridge")
+            _run("ip", "link", "set", self.bridge, "up")
+            for i in range(self.count):
+                self._add_host(i)
+            if self.rate_bps:
+                self.set_rate(self.rate_bps)
+        except BaseException:
+            self.teardown()
+            raise
+
+    def _add_host(self, i: int) -> None:
+        ns, inner, outer = self.namespaces[i], self.inner(i), f"{self.prefix}b{i}"
+        _run("ip", "netns", "add", ns)
+        _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+        _run("ip", "link", "set", inner, "netns", ns)
+        _run("ip", "link", "set", outer, "master", self.bridge)
+        _run("ip", "link", "set", outer, "up")
+        _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.addresses[i]}/24", "dev",
+             inner)  # fmt: skip
+        _run("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
+        _run("ip", "netns", "exec", ns, "sysctl", "-q", "-w",
+             "net.ipv4.tcp_slow_start_after_idle=0")  # fmt: skip
+
+    def set_rate(self, rate_bps: float) -> None:
+        """Cap (or re-cap) every link at `rate_bps` bits/s in each direction."""
+        self.rate_bps = rate_bps
+        rate_bytes = rate_bps / 8
+        burst = max(64 << 10, int(rate_bytes * 0.004))
+        queue = max(burst, int(rate_bytes * self.queue_ms / 1000))
+        for i, ns in enumerate(self.namespaces):
+            for prefix, dev in ((["ip", "netns", "exec", ns], self.inner(i)),
+                                ([], f"{self.prefix}b{i}")):  # fmt: skip
+                _run(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
+                     f"{int(rate_bps)}bit", "burst", str(burst), "limit", str(queue))  # fmt: skip
+
+    def teardown(self) -> None:
+        """Remove every namespace, link and file of this prefix (also a crashed run's)."""
+        existing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+        for line in existing.stdout.splitlines():
+            name = line.split()[0] if line.split() else ""
+            if name.startswith(f"{self.prefix}h") and name[len(self.prefix) + 1 :].isdigit():
+                _quiet("ip", "netns", "del", name)
+        links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True)
+        for line in links.stdout.splitlines():
+            parts = line.split(":")
+            name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
+            if name.startswith(f"{self.prefix}b") or name == self.bridge:
+                _quiet("ip", "link", "del", name)
+        for path in self._files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self._files.clear()
+
+    # ----- what the launcher needs ---------------------------------------------------------
+    def inner(self, host: int) -> str:
+        return f"{self.prefix}v{host}"
+
+    def exec_prefix(self, host: int) -> list[str]:
+        return ["ip", "netns", "exec", self.namespaces[host]]
+
+    def ssh_wrapper(self) -> str:
+        """A script `WRAPPER HOST COMMAND...` that runs COMMAND in HOST's namespace, with
+        gloo told which interface is the host's (GLOO_SOCKET_IFNAME)."""
+        lines = ["#!/bin/sh", 'host="$1"; shift', 'case "$host" in']
+        for i, (ns, address) in enumerate(zip(self.namespaces, self.addresses)):
+            lines.append(f"  {address}) ns={ns}; dev={self.inner(i)} ;;")
+        lines += ['  *) echo "unknown emulated host $host" >&2; exit 255 ;;', "esac",
+                  'export GLOO_SOCKET_IFNAME="$dev"',
+                  'exec ip netns exec "$ns" sh -c "$*"']  # fmt: skip
+        return self._write("poseidon-netns-ssh-", "\n".join(lines) + "\n", executable=True)
+
+    def hostfile(self, count: int | None = None) -> str:
+        addresses = self.addresses[: count or self.count]
+        return self._write("poseidon-hosts-", "".join(f"{a} slots=1\n" for a in addresses))
+
+    def _write(self, prefix: str, text: str, executable: bool = False) -> str:
+        handle, path = tempfile.mkstemp(prefix=prefix, text=True)
+        with os.fdopen(handle, "w") as f:
+            f.write(text)
+        if executable:
+            os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+        self._files.append(path)
+        return path

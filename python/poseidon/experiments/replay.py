@@ -1,0 +1,209 @@
+"""Compute replay: the profiled net, with every layer spending its measured time instead of
+computing, in front of the real synchronisation path.
+
+`replay_net_param(net_param, profile, byte_scale)` turns the TRAIN net of a prototxt into a
+net of the same layers, names, bottoms, tops, parameter specs and loss weights, each a
+`ReplayLayer` (a pycaffe Python layer, so the engine builds it like any other). The Net,
+the Solver, `caffe/parallel.py`'s PoseidonSync (WFBP hooks, the HybComm plan, the C++ KV
+store and SFB all-gather) and the DDP-style all-reduce run unchanged on top: only the
+arithmetic is gone. DESIGN §4: simulated compute, real communication.
+
+What a ReplayLayer does:
+- forward and backward sleep the profile's time on the process's device clock
+  (poseidon/experiments/clock.py), dilated; tops are 1-element blobs;
+- its learnable blobs have the real sizes divided by the byte scale s (rounded up), so the
+  PS moves 1/s of the bytes over links slowed by s (transfer times are kept); the plan is
+  decided on the real shapes (`comm_shape` reports the profile's, not the blobs');
+- backward adds rank-dependent values to its parameter diffs, so that a sync that failed to
+  average would leave the workers' weights different (the experiment compares checksums);
+- an InnerProduct synchronised by SFB hands the sink factors of the real row count and
+  1/s of the real widths, skips the profiled dW share of its backward (what the real layer
+  skips), and charges the rebuild GEMM at the profile's rate for K·P1 rows: the rebuild
+  grows with the cluster, as it does on a real device.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from caffe.common import solver_rank
+from caffe.insert_splits import insert_splits
+from caffe.layer import Layer, layer_class
+from caffe.net_filter import filter_net
+from caffe.proto import caffe_pb2
+from caffe.sync_layout import CommShape
+from poseidon.experiments.clock import device_clock
+from poseidon.experiments.netspec import data_batch
+from poseidon.experiments.profile import Profile, ProfileError, SfbTiming
+
+MODULE = "poseidon.experiments.replay"
+
+
+def train_net(net_param: caffe_pb2.NetParameter) -> caffe_pb2.NetParameter:
+    """The TRAIN net as the engine builds it: state rules applied, Split layers inserted."""
+    state = caffe_pb2.NetState()
+    state.CopyFrom(net_param.state)
+    state.phase = caffe_pb2.TRAIN
+    param = caffe_pb2.NetParameter()
+    param.CopyFrom(net_param)
+    param.state.CopyFrom(state)
+    return insert_splits(filter_net(param, state))
+
+
+def scaled(count: int, byte_scale: int) -> int:
+    return math.ceil(count / byte_scale) if count else 0
+
+
+def replay_net_param(
+    net_param: caffe_pb2.NetParameter, profile: Profile, byte_scale: int, net_label: str
+) -> caffe_pb2.NetParameter:
+    """The replay twin of `net_param`'s TRAIN net (ProfileError if the profile does not
+    describe it)."""
+    if byte_scale < 1:
+        raise ValueError(f"byte scale {byte_scale} (want >= 1)")
+    source = train_net(net_param)
+    names = [layer.name for layer in source.layer]
+    profile.check_matches(names, data_batch(source, net_label), net_label)
+    out = caffe_pb2.NetParameter()
+    out.name = f"{source.name}_replay" if source.name else "replay"
+    out.state.CopyFrom(source.state)
+    out.force_backward = source.force_backward
+    for layer, timing in zip(source.layer, profile.layers):
+        if timing.type != layer.type:
+            raise ProfileError(f"profile {profile.label()}: layer {layer.name!r} is "
+                               f"{timing.type} there, {layer.type} in {net_label}")  # fmt: skip
+        replay = out.layer.add()
+        replay.name = layer.name
+        replay.type = "Python"
+        replay.bottom.extend(layer.bottom)
+        replay.top.extend(layer.top)
+        replay.param.extend(layer.param)
+        replay.loss_weight.extend(layer.loss_weight)
+        replay.propagate_down.extend(layer.propagate_down)
+        if layer.HasField("phase"):
+            replay.phase = layer.phase
+        spec = {
+            "type": layer.type,
+            "forward_s": timing.forward_s,
+            "backward_s": timing.backward_s,
+            "blobs": [scaled(count, byte_scale) for count in timing.blobs],
+            "byte_scale": byte_scale,
+        }
+        if timing.sync is not None:
+            spec["shape"] = [timing.sync.kind, timing.sync.m, timing.sync.n, timing.sync.rows]
+        if timing.sfb is not None:
+            spec["sfb"] = {
+                "weight_grad_s": timing.sfb.weight_grad_s,
+                "rates": {str(k): v for k, v in timing.sfb.gemm_flops_per_s.items()},
+            }
+        replay.python_param.module = MODULE
+        replay.python_param.layer = "ReplayLayer"
+        replay.python_param.param_str = json.dumps(spec)
+    return out
+
+
+class ReplayLayer(Layer):
+    """One profiled layer, replayed (see the module's docstring)."""
+
+    sufficient_factor_sink = None  # set by caffe/parallel.py for SFB layers
+
+    def __init__(self, layer_param: caffe_pb2.LayerParameter | None = None) -> None:
+        super().__init__(layer_param)
+        spec = json.loads(self.layer_param.python_param.param_str)
+        self.replayed_type: str = spec["type"]
+        self.forward_s: float = spec["forward_s"]
+        self.backward_s: float = spec["backward_s"]
+        self.blob_sizes: list[int] = spec["blobs"]
+        self.byte_scale: int = spec["byte_scale"]
+        shape = spec.get("shape")
+        self.shape = CommShape(*shape) if shape else None
+        sfb = spec.get("sfb")
+        self.sfb = None
+        if sfb:
+            rates = {int(k): v for k, v in sfb["rates"].items()}
+            self.sfb = SfbTiming(sfb["weight_grad_s"], rates)
+        # Loss layers keep their default loss weight; anonymous tops stay possible.
+        original = layer_class(self.replayed_type)
+        self.is_loss = original.is_loss
+        self.auto_top_blobs = original.auto_top_blobs
+        self.min_top, self.exact_num_top = original.min_top, original.exact_num_top
+        self._factors: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def type(self) -> str:
+        return self.replayed_type
+
+    # ----- the comm core's view: the real shapes -------------------------------------------
+    def comm_shape(self, bottom) -> CommShape:
+        if self.shape is None:
+            raise self.error(
+                "the profile has no sync shape for this layer, but the net synchronises it "
+                "(profile and net disagree on its lr_mult)"
+            )
+        return self.shape
+
+    def factor_widths(self) -> tuple[int, int]:
+        outputs, inputs = self._fc_dims()
+        return scaled(outputs, self.byte_scale), scaled(inputs, self.byte_scale)
+
+    def _fc_dims(self) -> tuple[int, int]:
+        if self.shape is None or self.shape.kind != "FC":
+            raise self.error("sufficient factors asked of a layer that is not an FC layer")
+        return self.shape.m, self.shape.n
+
+    # ----- the layer sequence ----------------------------------------------------------------
+    def setup(self, bottom, top):
+        for count in self.blob_sizes:
+            self.blobs.add_blob(count).data_tensor.fill_(0.01)
+
+    def reshape(self, bottom, top):
+        for blob in top:
+            blob.reshape([1])
+
+    def forward(self, bottom, top):
+        device_clock().spend(self.forward_s)
+
+    def backward(self, top, propagate_down, bottom):
+        sink = self.sufficient_factor_sink
+        if sink is None:
+            device_clock().spend(self.backward_s)
+            gradient = float(solver_rank() + 1)
+            for blob, needed in zip(self.blobs, self.param_propagate_down):
+                if needed:
+                    blob.diff_tensor.add_(gradient)
+            return
+        # SFB: the dW GEMM and bias sum are skipped; the rebuild charges them P1 times over.
+        skipped = self.sfb.weight_grad_s if self.sfb is not None else 0.0
+        device_clock().spend(max(0.0, self.backward_s - skipped))
+        sink(*self._sufficient_factors())
+
+    def _sufficient_factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._factors is None:
+            rows = self.shape.rows if self.shape is not None else 1
+            dy_width, x_width = self.factor_widths()
+            value = float(solver_rank() + 1)
+            self._factors = (
+                torch.full((rows, dy_width), value, device=self.device),
+                torch.full((rows, x_width), value, device=self.device),
+            )
+        return self._factors
+
+    def add_factor_gradients(self, factors: Sequence[np.ndarray], scale: float) -> None:
+        """Charge the rebuild GEMM for every worker's rows; leave the same diff everywhere."""
+        outputs, inputs = self._fc_dims()
+        width = sum(self.factor_widths())
+        rows = sum(buffer.size // width for buffer in factors)
+        if self.sfb is None:
+            raise self.error("the profile has no GEMM rate for the SFB rebuild of this layer")
+        device_clock().spend(self.sfb.rebuild_s(outputs, inputs, rows))
+        # Each worker's factors are filled with rank + 1: their mean is what every worker
+        # must end with, and it differs from any one worker's own if the all-gather failed.
+        mean = scale * sum(float(buffer[0]) for buffer in factors if buffer.size)
+        for blob, needed in zip(self.blobs, self.param_propagate_down):
+            if needed:
+                blob.diff_tensor.add_(mean)

@@ -1,0 +1,154 @@
+"""One worker of an experiment cell, started by `poseidon experiment` through the launcher:
+
+    python -m poseidon.experiments.worker --model NET.prototxt [--batch K]
+        [--profile P.json --dilation D --byte-scale S] [--warmup W] [--iterations N]
+        [--device cpu|cuda] [--threads T]
+
+With --profile it trains the replay of the profiled net (poseidon/experiments/replay.py),
+otherwise the real net (its data layers must need no files: DummyData). The sync mode, rank
+and peers come from the POSEIDON_* variables the launcher sets, exactly as for `caffe train`:
+the same caffe.parallel attach. After W warm-up iterations it times N iterations between
+two barriers (every worker measures the same window) and prints one line,
+`RESULT {json}`: iteration_s (undilated), the bytes it moved per iteration, its clock's
+statistics and a checksum of its weights (the experiment checks that workers agree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+import torch
+
+RESULT_PREFIX = "RESULT "
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="poseidon.experiments.worker")
+    p.add_argument("--model", required=True, help="net prototxt")
+    p.add_argument("--batch", type=int, help="override the data layers' batch")
+    p.add_argument("--profile", help="replay this compute profile instead of computing")
+    p.add_argument("--dilation", type=float, default=1.0)
+    p.add_argument("--byte-scale", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--iterations", type=int, default=5)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (real compute)")
+    return p.parse_args(argv)
+
+
+def solver_parameter(net: Any, device: str) -> Any:
+    """SGD with momentum and weight decay, as the paper's models train; nothing else runs
+    (no test, display or snapshot) so that an iteration is forward, backward and update."""
+    from caffe.proto import caffe_pb2
+
+    param = caffe_pb2.SolverParameter()
+    param.net_param.CopyFrom(net)
+    param.type = "SGD"
+    param.base_lr = 1e-4
+    param.momentum = 0.9
+    param.weight_decay = 5e-4
+    param.lr_policy = "fixed"
+    param.max_iter = 1 << 30
+    param.display = 0
+    param.snapshot = 0
+    param.snapshot_after_train = False
+    param.random_seed = 7
+    param.solver_mode = (
+        caffe_pb2.SolverParameter.GPU if device == "cuda" else caffe_pb2.SolverParameter.CPU
+    )
+    return param
+
+
+def build_net_param(args: argparse.Namespace) -> Any:
+    from caffe.proto_io import read_net_param
+    from poseidon.experiments.netspec import set_batch
+
+    net = read_net_param(args.model)
+    if args.batch:
+        set_batch(net, args.batch, args.model)
+    if not args.profile:
+        return net
+    from poseidon.experiments.clock import configure
+    from poseidon.experiments.profile import load_profile
+    from poseidon.experiments.replay import replay_net_param
+
+    configure(args.dilation)
+    return replay_net_param(net, load_profile(args.profile), args.byte_scale, args.model)
+
+
+def barrier(sync: Any, name: str) -> None:
+    if hasattr(sync, "worker"):
+        sync.worker.barrier(name)
+    else:
+        sync.barrier(name)
+
+
+def traffic_bytes(sync: Any) -> tuple[int, int]:
+    """(sent, received) so far by this worker, all layers."""
+    if hasattr(sync, "traffic"):
+        per_layer = sync.traffic().values()
+        return sum(s for s, _ in per_layer), sum(r for _, r in per_layer)
+    return 0, 0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    torch.set_num_threads(max(1, args.threads))
+    logging.getLogger("caffe").setLevel(logging.WARNING)
+    from caffe.parallel import attach_from_environment, prepare_worker
+    from caffe.solvers import get_solver
+    from poseidon.experiments.clock import device_clock
+
+    prepare_worker()
+    solver = get_solver(solver_parameter(build_net_param(args), args.device),
+                        mode="GPU" if args.device == "cuda" else "CPU")  # fmt: skip
+    sync = attach_from_environment(solver)
+    error: BaseException | None = None
+    try:
+        solver.step(args.warmup)
+        barrier(sync, "timed")
+        sent0, received0 = traffic_bytes(sync)
+        clock = device_clock()
+        late0, charged0 = clock.stats.late_s, clock.stats.charged_s
+        start = time.perf_counter()
+        solver.step(args.iterations)
+        barrier(sync, "done")
+        elapsed = time.perf_counter() - start
+        sent, received = traffic_bytes(sync)
+        n = args.iterations
+        dilation = args.dilation if args.profile else 1.0
+        return {
+            "rank": solver_rank_of(sync),
+            "iteration_s": elapsed / n / dilation,
+            "wall_iteration_s": elapsed / n,
+            "bytes_sent": (sent - sent0) / n,
+            "bytes_received": (received - received0) / n,
+            "compute_s": (clock.stats.charged_s - charged0) / n,
+            "late_s": (clock.stats.late_s - late0) / n / dilation,
+            "checksum": float(solver.net.param_data.double().sum()),
+        }
+    except BaseException as e:
+        error = e
+        raise
+    finally:
+        sync.close(error)
+
+
+def solver_rank_of(sync: Any) -> int:
+    from caffe.common import solver_rank
+
+    return int(getattr(sync, "rank", solver_rank()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    result = run(parse_args(argv))
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
