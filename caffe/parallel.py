@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import re
 import threading
 import time
@@ -43,13 +44,17 @@ import numpy as np
 import torch
 
 import poseidon
+from caffe import allreduce_join
+from caffe.allreduce_sync import AllreduceSync
 from caffe.common import set_multiprocess, set_solver_count, set_solver_rank
+from caffe.compute_timeline import attach_compute_timeline
 from caffe.errors import CaffeError, DistributedError
 from caffe.sufficient_factors import FactorCollector
 from caffe.sync_layout import SyncLayer, sync_layout
 from caffe.sync_staging import GradientStaging, to_host_async
 from poseidon import _C
 from poseidon.config import SettingError
+from poseidon.plan import layer_spec
 from poseidon.timeline import Timeline
 
 _log = logging.getLogger("caffe")
@@ -98,6 +103,7 @@ class LayerSyncer:
     pending: bool = False  # gradient in flight or received; update not yet applied
     submitted_us: float = 0.0
     bytes_seen: tuple[int, int] = (0, 0)
+    factor_floats: int = 0  # SFB: the registered size of one worker's factors
 
     # Shorthands for the layout's fields.
     index = property(lambda self: self.layout.index)
@@ -152,20 +158,15 @@ class PoseidonSync:
     def _make_syncers(self) -> list[LayerSyncer]:
         return [LayerSyncer(layer) for layer in sync_layout(self.net)]
 
-    def _layer_spec(self, s: LayerSyncer, force: _C.SchemeChoice) -> _C.LayerSpec:
+    def _layer_spec(self, s: LayerSyncer, force: str) -> _C.LayerSpec:
         shape = s.layout.shape
-        kinds = {"FC": _C.LayerKind.FC, "conv": _C.LayerKind.CONV}
-        kind = kinds.get(shape.kind, _C.LayerKind.OTHER)
-        if kind != _C.LayerKind.FC:
-            force = _C.SchemeChoice.PS
-        return _C.LayerSpec(s.index, s.name, kind, shape.m, shape.n, shape.rows * self.iter_size,
-                            s.end - s.start, force)  # fmt: skip
+        return layer_spec(s.index, s.name, shape.kind, shape.m, shape.n,
+                          shape.rows * self.iter_size, s.end - s.start, force)  # fmt: skip
 
     def _agree_on_plan(self, force_scheme: str) -> _C.Plan:
-        force = {"auto": _C.SchemeChoice.AUTO, "ps": _C.SchemeChoice.PS, "sfb": _C.SchemeChoice.SFB}
         if self.mode != "poseidon":
             force_scheme = "ps"  # WFBP and the baseline move every layer through the PS
-        specs = [self._layer_spec(s, force[force_scheme]) for s in self.syncers]
+        specs = [self._layer_spec(s, force_scheme) for s in self.syncers]
         plan = self.worker.plan(specs)
         for layer_plan in plan.layers:
             syncer = self.by_index[layer_plan.layer_id]
@@ -195,10 +196,10 @@ class PoseidonSync:
                 continue
             layer = self.net.layers[s.index]
             s.collector = FactorCollector(*layer.factor_widths())
-            # The same buffer also carries rank 0's weights once, at start.
-            rows = s.layout.shape.rows
-            max_floats = max(s.collector.max_floats(rows, self.iter_size), s.end - s.start)
-            self.worker.register_sfb_layer(s.index, max_floats)
+            # Two slots of P1 buffers of this size (sfb.h): the factors alone, never the
+            # layer's weights (those cross in pieces of this size at start).
+            s.factor_floats = max(1, s.collector.max_floats(s.layout.shape.rows, self.iter_size))
+            self.worker.register_sfb_layer(s.index, s.factor_floats)
             layer.sufficient_factor_sink = s.collector
 
     def _attach(self) -> None:
@@ -206,7 +207,7 @@ class PoseidonSync:
         net.before_forward(self._before_forward)
         net.after_backward(self._after_backward)
         if self.timeline is not None:
-            self._attach_compute_timeline()
+            attach_compute_timeline(self.net, self.timeline, lambda: self.solver.iter)
         net.clear_param_diffs_hook = self._clear_param_diffs
         solver.add_callback(self.on_start, self.on_gradients_ready)
         solver.flush_hook = self.flush
@@ -349,31 +350,43 @@ class PoseidonSync:
         """Rank 0's parameters to all (Caffe's NCCL bcast), through the same channels.
 
         PS layers: rank 0 pushes its weights, the others zeros; the sum is rank 0's
-        weights, bit for bit (x + 0 = x). SFB layers: an all-gather where only rank 0
-        sends. Uses iteration iter-1, so the first training round is iteration iter.
+        weights, bit for bit (x + 0 = x), in one round at iteration iter-1. SFB layers:
+        all-gathers where only rank 0 sends, in pieces of the layer's factor size, at
+        iterations iter-n .. iter-1, so that the factor buffers (2 × P1 of them per layer)
+        never have to hold a whole weight matrix: VGG19-22K's fc6 at P1 = 16 would need
+        13 GB of them per worker. The first training round is iteration iter either way.
         """
         iteration = self.solver.iter - 1
+        sfb = [s for s in self.syncers if s.scheme == "SFB"]
         for s in self.syncers:
-            data = self.net.param_data[s.start : s.end]
             if s.scheme == "PS":
+                data = self.net.param_data[s.start : s.end]
                 s.staging.diff.copy_(data if self.rank == 0 else torch.zeros_like(data))
                 s.staging.to_host()
                 s.staging.wait_host()
                 s.handle = self.worker.push_pull(s.index, iteration)
-            else:
-                payload = data.cpu().numpy() if self.rank == 0 else np.zeros(0, np.float32)
-                s.handle = self.worker.allgather(s.index, iteration, payload)
+        pieces = {s.index: math.ceil((s.end - s.start) / s.factor_floats) for s in sfb}
+        for piece in range(max(pieces.values(), default=0)):
+            sending = [s for s in sfb if piece < pieces[s.index]]
+            for s in sending:
+                begin = s.start + piece * s.factor_floats
+                end = min(s.end, begin + s.factor_floats)
+                payload = np.zeros(0, np.float32)
+                if self.rank == 0:
+                    payload = self.net.param_data[begin:end].cpu().numpy()
+                at = iteration - pieces[s.index] + 1 + piece
+                s.handle = self.worker.allgather(s.index, at, payload)
+                s.handle.wait()
+                s.handle = None
+                weights = torch.from_numpy(np.array(self.worker.factor(s.index, at, 0)))
+                self.net.param_data[begin:end].copy_(weights.to(self.net.device))
         for s in self.syncers:
-            s.handle.wait()
-            s.handle = None
-            data = self.net.param_data[s.start : s.end]
             if s.scheme == "PS":
+                s.handle.wait()
+                s.handle = None
                 s.staging.to_device()
-                data.copy_(s.staging.diff)
+                self.net.param_data[s.start : s.end].copy_(s.staging.diff)
                 s.staging.diff.zero_()
-            else:
-                weights = self.worker.factor(s.index, iteration, 0)
-                data.copy_(torch.from_numpy(np.array(weights)).to(data.device))
         if self.rank == 0:
             _log.info("Poseidon: initial weights of rank 0 broadcast to %d workers",
                       self.num_workers)  # fmt: skip
@@ -424,25 +437,6 @@ class PoseidonSync:
         )  # fmt: skip
         self.timeline.span(s.name, "wait", waited_us, done_us, iteration=s.iteration)
 
-    def _attach_compute_timeline(self) -> None:
-        timeline, names, starts = self.timeline, self.net._layer_names, {}
-
-        def begin(kind: str):
-            return lambda i: starts.__setitem__((kind, i), timeline.now_us())
-
-        def end(kind: str):
-            def record(i: int) -> None:
-                timeline.span(f"{kind} {names[i]}", "compute", starts.pop((kind, i)),
-                              timeline.now_us(), layer=i, iteration=self.solver.iter)  # fmt: skip
-
-            return record
-
-        # Registered after the sync callbacks: a layer's forward span excludes its wait.
-        self.net.before_forward(begin("forward"))
-        self.net.after_forward(end("forward"))
-        self.net.before_backward(begin("backward"))
-        self.net.after_backward(end("backward"))
-
 
 def worker_config() -> poseidon.Config:
     """This worker's settings, from the POSEIDON_* (and launcher) variables."""
@@ -452,11 +446,21 @@ def worker_config() -> poseidon.Config:
         raise CaffeError(f"Poseidon worker settings: {e}") from None
 
 
+def _rendezvous(config: poseidon.Config) -> allreduce_join.Rendezvous:
+    """sync=allreduce: torchrun's MASTER_ADDR/MASTER_PORT, the rest from the settings."""
+    return allreduce_join.Rendezvous.from_env(
+        rank=config.rank, world_size=config.num_workers, local_rank=config.local_rank,
+        timeout_s=config.timeout_ms / 1000.0,
+    )  # fmt: skip
+
+
 def prepare_worker() -> int:
     """Before nets are built: solver rank and count (data sharding, seed offset).
 
     Returns the worker's local rank on its host (which GPU it uses)."""
     config = worker_config()
+    if config.sync == "allreduce":
+        return allreduce_join.prepare_worker(_rendezvous(config))
     set_solver_count(config.num_workers)
     set_solver_rank(config.rank)
     set_multiprocess(True)
@@ -464,10 +468,19 @@ def prepare_worker() -> int:
 
 
 @comm_errors
-def attach_from_environment(solver) -> PoseidonSync:
-    """Join the Poseidon job described by POSEIDON_* variables and attach to `solver`."""
+def attach_from_environment(solver) -> PoseidonSync | AllreduceSync:
+    """Join the Poseidon job described by POSEIDON_* variables and attach to `solver`
+    (POSEIDON_SYNC=allreduce: the DDP-style baseline of caffe/allreduce_sync.py instead)."""
     global _colocated_shards
     config = worker_config()
+    if config.sync == "allreduce":
+        timeline = None
+        if config.timeline:
+            timeline = Timeline(config.timeline, config.rank, config.num_workers)
+        return allreduce_join.attach_from_environment(
+            solver, _rendezvous(config), timeline, bucket_cap_bytes=config.bucket_cap_bytes,
+            first_bucket_bytes=config.first_bucket_bytes,
+        )  # fmt: skip
     native = config.to_native()
     if config.colocate:
         _colocated_shards = min(config.num_workers, config.num_servers)

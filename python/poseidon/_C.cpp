@@ -224,7 +224,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("scheme", &LayerPlan::scheme)
       .def_readonly("cost", &LayerPlan::cost)
       .def_readonly("first_chunk", &LayerPlan::first_chunk)
-      .def_readonly("num_chunks", &LayerPlan::num_chunks);
+      .def_readonly("num_chunks", &LayerPlan::num_chunks)
+      .def_readonly("chunk_floats", &LayerPlan::chunk_floats);
 
   py::class_<Plan>(m, "Plan")
       .def_readonly("num_workers", &Plan::num_workers)

@@ -23,7 +23,7 @@ from typing import Any
 
 ROLES = ("worker", "server", "coordinator")
 SCHEMES = ("auto", "ps", "sfb")
-SYNC_MODES = ("ps-nooverlap", "wfbp", "poseidon")
+SYNC_MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
 TRANSPORTS = ("tcp", "inproc")
 DEFAULT_COORDINATOR_PORT = 29600
 
@@ -156,7 +156,24 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "poseidon",
         "worker: ps-nooverlap (sync after backward), wfbp (per layer over the PS), "
-        "poseidon (WFBP + HybComm)",
+        "poseidon (WFBP + HybComm), allreduce (the baseline: DDP-style bucketed ring "
+        "all-reduce over torch.distributed; no coordinator or shards)",
+    ),
+    Setting(
+        "bucket_cap_bytes",
+        "POSEIDON_BUCKET_CAP_BYTES",
+        "bytes",
+        "25MiB",
+        "worker, sync=allreduce: gradients are all-reduced in buckets of this size (DDP's "
+        "bucket_cap_mb)",
+    ),
+    Setting(
+        "first_bucket_bytes",
+        "POSEIDON_FIRST_BUCKET_BYTES",
+        "bytes",
+        "1MiB",
+        "worker, sync=allreduce: the first bucket's size, small so the first all-reduce "
+        "starts early (DDP's)",
     ),
     Setting(
         "timeline",
@@ -249,6 +266,8 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "scheme": _choice(SCHEMES),
     "verbose": parse_bool,
     "sync": _choice(SYNC_MODES),
+    "bucket_cap_bytes": parse_bytes,
+    "first_bucket_bytes": parse_bytes,
     "timeline": lambda text, name: text.strip(),
     "colocate": parse_bool,
     "local_rank": parse_int,
@@ -292,6 +311,8 @@ class Config:
     scheme: str = "auto"
     verbose: bool = False
     sync: str = "poseidon"
+    bucket_cap_bytes: int = 25 << 20
+    first_bucket_bytes: int = 1 << 20
     timeline: str = ""
     colocate: bool = False
     local_rank: int = 0

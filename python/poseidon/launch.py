@@ -8,6 +8,10 @@ parses them); output is prefixed by role and rank; the launcher's exit status is
 job's: 0 when every worker succeeded, else the first failing worker's status. Ctrl-C
 (or SIGTERM) stops every process of the job.
 
+With `--sync allreduce` (the DDP-style baseline, caffe/allreduce_sync.py) only the
+workers start, given torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the first
+host: worker 0's, or 127.0.0.1) and MASTER_PORT (--port, default 29500) besides.
+
 Note [process groups]. Children run in their own sessions, so the terminal's Ctrl-C
 reaches only the launcher, which then stops the job as a whole (SIGTERM, then SIGKILL
 after a grace period). Letting each worker see SIGINT on its own would stop them at
@@ -29,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 STARTUP_TIMEOUT_S = 60.0
+DEFAULT_MASTER_PORT = 29500  # sync=allreduce without --port: torchrun's default
 GRACE_S = 15.0  # after a failure, how long the rest may take to notice and exit
 ABORT_ORIGIN = re.compile(r"aborting the job: (worker|server) (\d+) ")
 
@@ -192,6 +197,35 @@ class Launcher:
 
     def start(self) -> None:
         env = self._base_env()
+        allreduce = self.spec.sync == "allreduce"
+        if allreduce:
+            env.update(self._rendezvous_env())
+        else:
+            self._start_infrastructure(env)
+        local_ranks: dict[str | None, int] = {}
+        for rank, host in enumerate(self._worker_hosts()):
+            local = local_ranks.get(host, 0)
+            local_ranks[host] = local + 1
+            worker_env = {**env, "POSEIDON_ROLE": "worker", "POSEIDON_RANK": str(rank),
+                          "POSEIDON_LOCAL_RANK": str(local)}  # fmt: skip
+            if allreduce:
+                worker_env.update(RANK=str(rank), WORLD_SIZE=str(self.spec.num_workers),
+                                  LOCAL_RANK=str(local))  # fmt: skip
+            worker = self._spawn(f"worker {rank}", list(self.spec.command), worker_env, host, True)
+            self._start_pump(worker)
+            where = f" on {host}" if host else ""
+            self._say(f"started worker {rank}{where} (pid {worker.process.pid})")
+
+    def _rendezvous_env(self) -> dict[str, str]:
+        """sync=allreduce: torch.distributed meets at worker 0's TCP store (torchrun's
+        variables); there is no coordinator and no shard."""
+        port = self.spec.coordinator_port or DEFAULT_MASTER_PORT
+        master = self.spec.hosts[0].name if self.spec.hosts else "127.0.0.1"
+        return {"MASTER_ADDR": master, "MASTER_PORT": str(port)}
+
+    def _start_infrastructure(self, env: dict[str, str]) -> None:
+        """The coordinator, then the shards that do not run inside a worker; sets
+        POSEIDON_COORDINATOR in `env`."""
         coordinator_host = self.spec.hosts[0].name if self.spec.hosts else None
         bind = coordinator_host or "127.0.0.1"
         first: list[str] = []
@@ -210,16 +244,6 @@ class Launcher:
                                  {**env, "POSEIDON_ROLE": "server", "POSEIDON_RANK": str(rank)},
                                  host, False)  # fmt: skip
             self._start_pump(server)
-        local_ranks: dict[str | None, int] = {}
-        for rank, host in enumerate(self._worker_hosts()):
-            local = local_ranks.get(host, 0)
-            local_ranks[host] = local + 1
-            worker_env = {**env, "POSEIDON_ROLE": "worker", "POSEIDON_RANK": str(rank),
-                          "POSEIDON_LOCAL_RANK": str(local)}  # fmt: skip
-            worker = self._spawn(f"worker {rank}", list(self.spec.command), worker_env, host, True)
-            self._start_pump(worker)
-            where = f" on {host}" if host else ""
-            self._say(f"started worker {rank}{where} (pid {worker.process.pid})")
 
     def _await_address(self, coordinator: Child, first: list[str]) -> str:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

@@ -44,6 +44,22 @@ def _native_kind(kind: str) -> Any:
     return {"FC": _C.LayerKind.FC, "conv": _C.LayerKind.CONV}.get(kind, _C.LayerKind.OTHER)
 
 
+def layer_spec(layer_id: int, name: str, kind: str, m: int, n: int, rows: int,
+               num_floats: int, force: str = "auto") -> Any:  # fmt: skip
+    """The comm core's LayerSpec of one synchronised layer: what PoseidonSync declares to the
+    coordinator and what the predictor plans with (one derivation). `rows` are the samples
+    of one iteration (rows per pass × iter_size); only an FC layer may be forced to SFB or
+    left to BestScheme, every other kind is PS. `force` is "auto", "ps" or "sfb"."""
+    from poseidon import _C
+
+    choices = {"auto": _C.SchemeChoice.AUTO, "ps": _C.SchemeChoice.PS, "sfb": _C.SchemeChoice.SFB}
+    if force not in choices:
+        raise ValueError(f"scheme {force!r}: want one of {', '.join(choices)}")
+    native_kind = _native_kind(kind)
+    choice = choices[force] if native_kind == _C.LayerKind.FC else _C.SchemeChoice.PS
+    return _C.LayerSpec(layer_id, name, native_kind, m, n, rows, num_floats, choice)
+
+
 def plan_rows(layers: Sequence[LayerShape], workers: int, servers: int) -> list[PlanRow]:
     """BestScheme and both costs for each layer, with P1 workers and P2 shards."""
     from poseidon import _C

@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-s", "--servers", type=int, help="P2, number of shards (default: P1, or "
                    "one per host with --hostfile)")  # fmt: skip
     p.add_argument("--sync", choices=SYNC_MODES, default="poseidon",
-                   help="ps-nooverlap | wfbp | poseidon (WFBP + HybComm, default)")  # fmt: skip
+                   help="ps-nooverlap | wfbp | poseidon (WFBP + HybComm, default) | allreduce "
+                   "(the DDP-style baseline: workers only, no coordinator or shards)")  # fmt: skip
     p.add_argument("--scheme", choices=SCHEMES, default="auto",
                    help="with --sync poseidon: auto (BestScheme), or force ps / sfb")  # fmt: skip
     p.add_argument("--no-colocate", dest="colocate", action="store_false",
@@ -29,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--hostfile", help="lines 'host [slots=N]': start the job over ssh")
     p.add_argument("--ssh", default="ssh -o BatchMode=yes", help="ssh command (with --hostfile)")
-    p.add_argument("--port", type=int, default=0, help="coordinator port (0: any free port)")
+    p.add_argument("--port", type=int, default=0, help="coordinator port (0: any free port); "
+                   "with --sync allreduce, MASTER_PORT (default 29500)")  # fmt: skip
     p.add_argument("--chunk-bytes", help="PS chunk size, default 1MiB (e.g. 4MiB)")
     p.add_argument("--timeout-ms", type=int, help="limit of every wait in the job")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... run by each worker")

@@ -1,0 +1,29 @@
+"""Forward and backward spans of every layer on a syncer's timeline (the "compute" lane),
+so that a trace shows what each layer's communication overlapped with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def attach_compute_timeline(net: Any, timeline: Any, iteration: Callable[[], int]) -> None:
+    """Record `forward <layer>` / `backward <layer>` spans on `timeline` (an object with
+    now_us() and span(...), poseidon.timeline.Timeline). Attach after the syncer's own
+    callbacks: a layer's forward span then excludes its wait for the layer's gradient."""
+    names, starts = net._layer_names, {}
+
+    def begin(kind: str) -> Callable[[int], None]:
+        return lambda i: starts.__setitem__((kind, i), timeline.now_us())
+
+    def end(kind: str) -> Callable[[int], None]:
+        def record(i: int) -> None:
+            timeline.span(f"{kind} {names[i]}", "compute", starts.pop((kind, i)),
+                          timeline.now_us(), layer=i, iteration=iteration())  # fmt: skip
+
+        return record
+
+    net.before_forward(begin("forward"))
+    net.after_forward(end("forward"))
+    net.before_backward(begin("backward"))
+    net.after_backward(end("backward"))
