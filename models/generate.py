@@ -4,10 +4,11 @@
     python -m models.generate --check   exit 1, listing them, if any file is stale
 
 Generated: train_val.prototxt and deploy.prototxt of alexnet, caffenet, googlenet, vgg16,
-vgg19, vgg19_22k, resnet50 and inception_v3 (built with caffe.net_spec by models/netgen/),
-and every model's train_val_dummy.prototxt: its train_val with the Data layers replaced by
-a DummyData layer of a small batch, so `caffe time` runs without a dataset. LeNet and the
-CIFAR-10 nets are written by hand; their dummy variants are derived from their train_val.
+vgg19, vgg19_22k, resnet50, resnet152 and inception_v3 (built with caffe.net_spec by
+models/netgen/), and every model's train_val_dummy.prototxt: its train_val with the Data
+layers replaced by a DummyData layer of a small batch, so `caffe time` runs without a
+dataset. LeNet and the CIFAR-10 nets are written by hand; their dummy variants are derived
+from their train_val.
 Solvers are written by hand for every model.
 """
 
@@ -57,6 +58,8 @@ ZOO = [
              lambda: vgg.train_val(19, vgg.IMAGENET_22K_CLASSES),
              lambda: vgg.deploy(19, vgg.IMAGENET_22K_CLASSES)),
     ZooModel("resnet50", (3, 224, 224), 1, "resnet", resnet.train_val, resnet.deploy),
+    ZooModel("resnet152", (3, 224, 224), 1, "resnet",
+             lambda: resnet.train_val(152), lambda: resnet.deploy(152)),
     ZooModel("inception_v3", (3, 299, 299), 1, "inception_v3",
              inception_v3.train_val, inception_v3.deploy),
 ]  # fmt: skip

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from caffe.errors import CaffeError
+from caffe.layer_timing import IterationTimes, time_layers
 from caffe.proto import caffe_pb2
 from caffe.solver_log import cpp_float
 from caffe.timer import Timer
@@ -50,33 +51,22 @@ def benchmark(flags: Flags) -> int:
     _log.info("Initial loss: %s", cpp_float(initial_loss))
     _log.info("Performing Backward")
     net.backward_all()
-    num_layers = len(net.layers)
-    forward_ms = [0.0] * num_layers
-    backward_ms = [0.0] * num_layers
-    total_forward_ms = total_backward_ms = 0.0
     _log.info("*** Benchmark begins ***")
     _log.info("Testing for %d iterations.", flags.iterations)
-    total_timer, pass_timer, layer_timer, iteration_timer = Timer(), Timer(), Timer(), Timer()
+
+    def log_iteration(iteration: int, times: IterationTimes) -> None:
+        _log.info("Iteration: %d forward-backward time: %s ms.", iteration,
+                  cpp_float(times.iteration_s * 1e3))  # fmt: skip
+
+    total_timer = Timer()
     total_timer.start()
-    for iteration in range(1, flags.iterations + 1):
-        iteration_timer.start()
-        pass_timer.start()
-        for i in range(num_layers):
-            layer_timer.start()
-            net.forward_from_to(i, i)
-            forward_ms[i] += layer_timer.ms
-        total_forward_ms += pass_timer.ms
-        pass_timer.start()
-        for i in range(num_layers - 1, -1, -1):
-            layer_timer.start()
-            net.backward_from_to(i, i)
-            backward_ms[i] += layer_timer.ms
-        total_backward_ms += pass_timer.ms
-        _log.info(
-            "Iteration: %d forward-backward time: %s ms.", iteration, cpp_float(iteration_timer.ms)
-        )
-    _log.info("Average time per layer: ")
+    timed = time_layers(net, flags.iterations, log_iteration)
     n = flags.iterations
+    forward_ms = [sum(t.forward_s[i] for t in timed) * 1e3 for i in range(len(net.layers))]
+    backward_ms = [sum(t.backward_s[i] for t in timed) * 1e3 for i in range(len(net.layers))]
+    total_forward_ms = sum(t.forward_total_s for t in timed) * 1e3
+    total_backward_ms = sum(t.backward_total_s for t in timed) * 1e3
+    _log.info("Average time per layer: ")
     for i, name in enumerate(net._layer_names):
         _log.info("%10s\tforward: %s ms.", name, cpp_float(forward_ms[i] / n))
         _log.info("%10s\tbackward: %s ms.", name, cpp_float(backward_ms[i] / n))

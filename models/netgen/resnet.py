@@ -1,10 +1,14 @@
-"""ResNet-50 (He et al. 2015; the layout of KaimingHe/deep-residual-networks).
+"""ResNet-50 and ResNet-152 (He et al. 2015; the layout of KaimingHe/deep-residual-networks).
 
-conv1 7x7/2 and MAX pooling 3/2 (ceil: 112 -> 56), then 3, 4, 6 and 3 bottleneck blocks:
+conv1 7x7/2 and MAX pooling 3/2 (ceil: 112 -> 56), then 3, 4, 6 and 3 bottleneck blocks
+(ResNet-152: 3, 8, 36 and 3):
 1x1 -> 3x3 -> 1x1 (x4 widening) convolutions without bias, each followed by BatchNorm and
 Scale in place (and ReLU, except the last), added to the shortcut by Eltwise SUM, then ReLU.
 The first block of a stage projects the shortcut with a 1x1 convolution (stride 2 from
 stage 3 on, on the branch's first 1x1 as in the released model). AVE pooling 7/1 and fc1000.
+Blocks are named as in the released models: res2a, res2b, ... by letter, except that the
+deeper nets number the long stages 3 and 4 after their first block (res4a, res4b1 ...
+res4b35), since 36 blocks outrun the alphabet.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from models.netgen.blocks import (
     relu,
 )
 
-NAME = "ResNet-50"
-# (stage number, blocks, bottleneck width); the block output is 4x the width.
-STAGES = [(2, 3, 64), (3, 4, 128), (4, 6, 256), (5, 3, 512)]
+# depth -> (stage number, blocks, bottleneck width); the block output is 4x the width.
+STAGES = {
+    50: [(2, 3, 64), (3, 4, 128), (4, 6, 256), (5, 3, 512)],
+    152: [(2, 3, 64), (3, 8, 128), (4, 36, 256), (5, 3, 512)],
+}
 MSRA = dict(type="msra")
 
 
@@ -90,23 +96,37 @@ def _bottleneck(
     return n[res + "_relu"]
 
 
-def _body(n: NetSpec, data: Top, deploy: bool) -> Top:
+def _block_name(depth: int, stage: int, b: int) -> str:
+    if depth > 50 and stage in (3, 4) and b > 0:
+        return f"{stage}b{b}"
+    return f"{stage}{string.ascii_lowercase[b]}"
+
+
+def _body(n: NetSpec, data: Top, deploy: bool, depth: int) -> Top:
     x = _conv_bn(n, data, "conv1", "_conv1", 64, 7, stride=2, pad=3, deploy=deploy)
     n.pool1 = max_pool(x, 3, 2)
     x = n.pool1
-    for stage, blocks, width in STAGES:
+    for stage, blocks, width in _stages(depth):
         for b in range(blocks):
             stride = 2 if b == 0 and stage > 2 else 1
-            name = f"{stage}{string.ascii_lowercase[b]}"
+            name = _block_name(depth, stage, b)
             x = _bottleneck(n, x, name, width, first=b == 0, stride=stride, deploy=deploy)
     n.pool5 = ave_pool(x, 7, 1)
     n.fc1000 = fc(n.pool5, 1000, dict(type="gaussian", std=0.01), bias=0.0)
     return n.fc1000
 
 
-def train_val() -> caffe_pb2.NetParameter:
-    return classification_train_val(NAME, data_spec(), partial(_body, deploy=False))
+def _stages(depth: int) -> list[tuple[int, int, int]]:
+    if depth not in STAGES:
+        raise ValueError(f"ResNet depth {depth}: want one of {', '.join(map(str, STAGES))}")
+    return STAGES[depth]
 
 
-def deploy() -> caffe_pb2.NetParameter:
-    return classification_deploy(NAME, 1, 224, partial(_body, deploy=True))
+def train_val(depth: int = 50) -> caffe_pb2.NetParameter:
+    body = partial(_body, deploy=False, depth=depth)
+    return classification_train_val(f"ResNet-{depth}", data_spec(), body)
+
+
+def deploy(depth: int = 50) -> caffe_pb2.NetParameter:
+    body = partial(_body, deploy=True, depth=depth)
+    return classification_deploy(f"ResNet-{depth}", 1, 224, body)

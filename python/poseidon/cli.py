@@ -19,6 +19,9 @@ COMMANDS: dict[str, str] = {
     "plan": "poseidon.commands.plan",
     "launch": "poseidon.commands.launch",
     "demo": "poseidon.commands.demo",
+    "experiment": "poseidon.commands.experiment",
+    "predict": "poseidon.commands.predict",
+    "profile": "poseidon.commands.profile",
 }
 
 

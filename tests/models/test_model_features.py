@@ -169,6 +169,20 @@ def test_resnet50():
     )
 
 
+def test_resnet152():
+    net = read_net("resnet152")
+    counts = type_counts(net)
+    # 1 + 3 x 50 bottleneck convolutions, plus 4 shortcut projections.
+    assert (counts["Convolution"], counts["BatchNorm"], counts["Scale"]) == (155, 155, 155)
+    assert (counts["ReLU"], counts["Eltwise"]) == (151, 50)
+    eltwise = [layer.name for layer in layers_of(net, "Eltwise")]
+    assert eltwise[:4] == ["res2a", "res2b", "res2c", "res3a"]
+    assert eltwise[-5:] == ["res4b34", "res4b35", "res5a", "res5b", "res5c"]
+    # The same stem and head as ResNet-50.
+    assert list(net.layer)[:6] == list(read_net("resnet50").layer)[:6]
+    assert list(net.layer)[-4:] == list(read_net("resnet50").layer)[-4:]
+
+
 def test_inception_v3():
     net = read_net("inception_v3")
     counts = type_counts(net)

@@ -14,7 +14,7 @@ def read_solver(name: str, file: str = "solver.prototxt") -> caffe_pb2.SolverPar
     return parse_solver_text(model_file(name, file).read_text(), source=file)
 
 
-def test_the_zoo_holds_the_eleven_models():
+def test_the_zoo_holds_the_twelve_models():
     assert MODEL_NAMES == [
         "lenet",
         "cifar10_quick",
@@ -26,13 +26,14 @@ def test_the_zoo_holds_the_eleven_models():
         "vgg19",
         "vgg19_22k",
         "resnet50",
+        "resnet152",
         "inception_v3",
     ]
 
 
 def test_regenerating_gives_the_committed_files():
     files = generated_files()
-    assert len(files) == 27  # 8 generated models x (train_val, deploy) + 11 dummy variants
+    assert len(files) == 30  # 9 generated models x (train_val, deploy) + 12 dummy variants
     assert stale_files(files) == [], "run `python -m models.generate` and commit the result"
 
 

@@ -40,11 +40,15 @@ def check_can_emulate() -> None:
     """Raise EmulationError naming what is missing (root, iproute2)."""
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
     if missing:
-        raise EmulationError(f"emulation needs iproute2 ({', '.join(missing)} not found; "
-                             "e.g. apt-get install iproute2)")  # fmt: skip
+        raise EmulationError(
+            f"emulation needs iproute2 ({', '.join(missing)} not found; "
+            "e.g. apt-get install iproute2)"
+        )
     if os.geteuid() != 0:
-        raise EmulationError("emulation needs root: it creates network namespaces and caps "
-                             "their links with tc (run as root, e.g. with sudo)")  # fmt: skip
+        raise EmulationError(
+            "emulation needs root: it creates network namespaces and caps "
+            "their links with tc (run as root, e.g. with sudo)"
+        )
 
 
 def _run(*args: str) -> None:
@@ -60,8 +64,14 @@ def _quiet(*args: str) -> None:
 class EmulatedHosts:
     """`count` hosts with links of `rate_bps` bits/s each way (None: uncapped)."""
 
-    def __init__(self, count: int, rate_bps: float | None, prefix: str = "pos",
-                 subnet: str = "10.77.0", queue_ms: float = 50.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        count: int,
+        rate_bps: float | None,
+        prefix: str = "pos",
+        subnet: str = "10.77.0",
+        queue_ms: float = 50.0,
+    ) -> None:
         if not 1 <= count <= 250:
             raise ValueError(f"{count} emulated hosts (want 1..250)")
         self.count = count
@@ -103,11 +113,13 @@ class EmulatedHosts:
         _run("ip", "link", "set", inner, "netns", ns)
         _run("ip", "link", "set", outer, "master", self.bridge)
         _run("ip", "link", "set", outer, "up")
-        _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.addresses[i]}/24", "dev",
-             inner)  # fmt: skip
+        _run(
+            "ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.addresses[i]}/24", "dev", inner
+        )
         _run("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
-        _run("ip", "netns", "exec", ns, "sysctl", "-q", "-w",
-             "net.ipv4.tcp_slow_start_after_idle=0")  # fmt: skip
+        _run(
+            "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0"
+        )
 
     def set_rate(self, rate_bps: float) -> None:
         """Cap (or re-cap) every link at `rate_bps` bits/s in each direction."""
@@ -116,10 +128,26 @@ class EmulatedHosts:
         burst = max(64 << 10, int(rate_bytes * 0.004))
         queue = max(burst, int(rate_bytes * self.queue_ms / 1000))
         for i, ns in enumerate(self.namespaces):
-            for prefix, dev in ((["ip", "netns", "exec", ns], self.inner(i)),
-                                ([], f"{self.prefix}b{i}")):  # fmt: skip
-                _run(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
-                     f"{int(rate_bps)}bit", "burst", str(burst), "limit", str(queue))  # fmt: skip
+            for prefix, dev in (
+                (["ip", "netns", "exec", ns], self.inner(i)),
+                ([], f"{self.prefix}b{i}"),
+            ):
+                _run(
+                    *prefix,
+                    "tc",
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    dev,
+                    "root",
+                    "tbf",
+                    "rate",
+                    f"{int(rate_bps)}bit",
+                    "burst",
+                    str(burst),
+                    "limit",
+                    str(queue),
+                )
 
     def teardown(self) -> None:
         """Remove every namespace, link and file of this prefix (also a crashed run's)."""
@@ -152,9 +180,12 @@ class EmulatedHosts:
         lines = ["#!/bin/sh", 'host="$1"; shift', 'case "$host" in']
         for i, (ns, address) in enumerate(zip(self.namespaces, self.addresses)):
             lines.append(f"  {address}) ns={ns}; dev={self.inner(i)} ;;")
-        lines += ['  *) echo "unknown emulated host $host" >&2; exit 255 ;;', "esac",
-                  'export GLOO_SOCKET_IFNAME="$dev"',
-                  'exec ip netns exec "$ns" sh -c "$*"']  # fmt: skip
+        lines += [
+            '  *) echo "unknown emulated host $host" >&2; exit 255 ;;',
+            "esac",
+            'export GLOO_SOCKET_IFNAME="$dev"',
+            'exec ip netns exec "$ns" sh -c "$*"',
+        ]
         return self._write("poseidon-netns-ssh-", "\n".join(lines) + "\n", executable=True)
 
     def hostfile(self, count: int | None = None) -> str:

@@ -12,8 +12,13 @@ from typing import Any
 
 from caffe.proto import caffe_pb2
 
-BATCH_FIELDS = ("data_param", "image_data_param", "hdf5_data_param", "memory_data_param",
-                "window_data_param")  # fmt: skip
+BATCH_FIELDS = (
+    "data_param",
+    "image_data_param",
+    "hdf5_data_param",
+    "memory_data_param",
+    "window_data_param",
+)
 
 
 class BatchError(ValueError):

@@ -26,7 +26,7 @@ Schema "poseidon-profile/1" (JSON; times in seconds, rates in FLOP/s):
                  "flops_forward": float, "flops_backward": float, "bytes": float,
                  "blobs": [int, ...],               learnable blob sizes (floats)
                  "sync": null | {"kind": "FC" | "conv" | "other", "m": int, "n": int,
-                                 "rows": int, "floats": int, "late": bool},
+                                 "rows": int, "floats": int, "late": bool, "start": int},
                  "sfb": null | {"weight_grad_s": float,          InnerProduct layers only
                                 "gemm_flops_per_s": {"<rows>": float, ...}}}]}
 
@@ -64,6 +64,7 @@ class SyncShape:
     rows: int
     floats: int
     late: bool = False
+    start: int = 0  # offset of its range in the net's flat gradient buffer (Net.param_diff)
 
 
 @dataclass
@@ -77,7 +78,13 @@ class SfbTiming:
         known = sorted(self.gemm_flops_per_s)
         below = [r for r in known if r <= rows]
         rate = self.gemm_flops_per_s[below[-1] if below else known[0]]
-        return (2.0 * outputs * inputs * rows + outputs * rows) / rate
+        return rebuild_flops(outputs, inputs, rows) / rate
+
+
+def rebuild_flops(outputs: int, inputs: int, rows: int) -> float:
+    """FLOPs of dW += dYᵀ·X (outputs × inputs, `rows` rows) plus the bias sum: what the
+    measured and derived rates in `gemm_flops_per_s` are rates of."""
+    return 2.0 * outputs * inputs * rows + outputs * rows
 
 
 @dataclass
@@ -225,6 +232,7 @@ def _layer(reader: _Reader, item: Any, index: int) -> LayerProfile:
             rows=sub.positive_int(s, "rows"),
             floats=sub.count(s, "floats"),
             late=bool(s.get("late", False)),
+            start=sub.count(s, "start"),
         )
     sfb = None
     if item.get("sfb") is not None:

@@ -75,8 +75,10 @@ def replay_net_param(
     out.force_backward = source.force_backward
     for layer, timing in zip(source.layer, profile.layers):
         if timing.type != layer.type:
-            raise ProfileError(f"profile {profile.label()}: layer {layer.name!r} is "
-                               f"{timing.type} there, {layer.type} in {net_label}")  # fmt: skip
+            raise ProfileError(
+                f"profile {profile.label()}: layer {layer.name!r} is "
+                f"{timing.type} there, {layer.type} in {net_label}"
+            )
         replay = out.layer.add()
         replay.name = layer.name
         replay.type = "Python"

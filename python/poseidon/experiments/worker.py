@@ -104,8 +104,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from poseidon.experiments.clock import device_clock
 
     prepare_worker()
-    solver = get_solver(solver_parameter(build_net_param(args), args.device),
-                        mode="GPU" if args.device == "cuda" else "CPU")  # fmt: skip
+    solver = get_solver(
+        solver_parameter(build_net_param(args), args.device),
+        mode="GPU" if args.device == "cuda" else "CPU",
+    )
     sync = attach_from_environment(solver)
     error: BaseException | None = None
     try:

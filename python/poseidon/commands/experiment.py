@@ -1,0 +1,59 @@
+"""Run the paper's scaling experiment: iteration time, images/s and speed-up of each sync
+mode on each node count, on emulated nodes (`--emulate`: network namespaces with links
+capped by tc, compute replayed from a profile; needs root) or on a real cluster
+(`--hostfile`: the real model over ssh). Prints a table; `-o` writes the JSON, `--plot` the
+figure. See docs/experiments.md."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "run a scaling experiment on emulated nodes or a real cluster (speed-up per mode)"
+MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="zoo name (e.g. vgg19_22k) or net prototxt")
+    p.add_argument(
+        "--profile",
+        help="compute profile: a file, or a models/profiles name "
+        "such as titanx-maxwell (required with --emulate)",
+    )
+    p.add_argument("--nodes", default="1,2,4,8,16", help="node counts, e.g. 1,2,4,8,16")
+    p.add_argument("--bandwidth", help="link speed of each node, e.g. 10gbit, 25GbE, 100mbit")
+    p.add_argument("--modes", default=",".join(MODES), help="sync modes, comma-separated")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--emulate",
+        action="store_true",
+        help="on this machine: one network namespace per node (root)",
+    )
+    where.add_argument("--hostfile", help="a real cluster: lines 'host [slots=N]', over ssh")
+    p.add_argument("--ssh", help="ssh command for --hostfile (default: ssh -o BatchMode=yes)")
+    p.add_argument("--iterations", type=int, default=5, help="timed iterations per cell")
+    p.add_argument("--warmup", type=int, default=2, help="untimed iterations first")
+    p.add_argument("--batch", type=int, help="batch per node (default: the profile's)")
+    p.add_argument("--dilation", type=float, help="time dilation (default: chosen, see docs)")
+    p.add_argument("--byte-scale", type=int, help="byte scale, a power of two (default: chosen)")
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="real compute on a cluster: cpu or cuda",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="nodes 1 and 2, 2 timed iterations after 1 warm-up"
+    )
+    p.add_argument("-o", "--output", help="write the results as JSON (after every cell)")
+    p.add_argument("--plot", help="write a PNG of speed-up against nodes")
+
+
+def run(args: argparse.Namespace) -> int:
+    from poseidon.commands._common import fail
+    from poseidon.experiments.experiment import ExperimentRequest, run_experiment
+
+    try:
+        request = ExperimentRequest.from_args(args)
+    except ValueError as e:
+        return fail("experiment", e)
+    return run_experiment(request)

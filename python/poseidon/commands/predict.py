@@ -1,0 +1,79 @@
+"""Predict the scaling experiment's table without running it: from a compute profile, the
+plan of the cost model, the link bandwidth, WFBP's overlap, links shared between
+concurrent transfers, the SFB rebuild and the bulk-synchronous shape of a PS round
+(poseidon/experiments/predict.py), for any node count. Same table, JSON and figure as
+`poseidon experiment`. See docs/experiments.md."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "predict iteration time and speed-up per mode and node count from a compute profile"
+MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
+FRAMINGS = ("ethernet", "tbf")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="zoo name (e.g. vgg19_22k) or net prototxt")
+    p.add_argument(
+        "--profile",
+        required=True,
+        help="compute profile: a file, or a models/profiles name (titanx-maxwell)",
+    )
+    p.add_argument("--nodes", default="1,2,4,8,16,32", help="node counts, e.g. 1,2,4,8,16,32")
+    p.add_argument("--bandwidth", required=True, help="link speed per node, e.g. 10gbit, 25GbE")
+    p.add_argument("--modes", default=",".join(MODES), help="sync modes, comma-separated")
+    p.add_argument(
+        "--framing",
+        choices=FRAMINGS,
+        default="ethernet",
+        help="what the bandwidth counts: ethernet (a real NIC: TCP gets 1448 of "
+        "every 1538 bytes) or tbf (tc's token bucket, as in --emulate: 1448/1514)",
+    )
+    p.add_argument("--chunk-bytes", type=int, default=1 << 20, help="PS chunk size (bytes)")
+    p.add_argument("-o", "--output", help="write the predictions as JSON")
+    p.add_argument("--plot", help="write a PNG of speed-up against nodes")
+
+
+def run(args: argparse.Namespace) -> int:
+    from poseidon.commands._common import fail
+    from poseidon.experiments.emulation import TCP_GOODPUT_TBF
+    from poseidon.experiments.experiment import check_profile
+    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Link, predict
+    from poseidon.experiments.report import Cell, Results, plot
+    from poseidon.experiments.resolve import resolve_model, resolve_profile
+    from poseidon.experiments.units import parse_bandwidth, parse_list, parse_nodes
+
+    try:
+        nodes = parse_nodes(args.nodes)
+        modes = parse_list(args.modes, MODES, "mode")
+        bandwidth = parse_bandwidth(args.bandwidth)
+        label, prototxt = resolve_model(args.model)
+        profile_path = resolve_profile(args.profile, label)
+        profile, batch = check_profile(profile_path, prototxt, None)
+        if args.chunk_bytes < 4 or args.chunk_bytes % 4:
+            raise ValueError(f"--chunk-bytes {args.chunk_bytes} (want a positive multiple of 4)")
+    except ValueError as e:
+        return fail("predict", e)
+    goodput = TCP_GOODPUT_TBF if args.framing == "tbf" else TCP_GOODPUT_ETHERNET
+    link = Link(bandwidth, goodput)
+    results = Results(label, profile.label(), bandwidth, batch, "predicted")
+    results.info = {"framing": args.framing, "goodput": goodput, "chunk_bytes": args.chunk_bytes}
+    for prediction in predict(profile, modes, nodes, link, args.chunk_bytes):
+        extra = {
+            "compute_s": prediction.compute_s,
+            "rebuild_s": prediction.rebuild_s,
+            "wait_s": prediction.wait_s,
+            "bytes_per_node": prediction.bytes_per_node,
+        }
+        results.add(Cell(prediction.mode, prediction.nodes, prediction.iteration_s, extra=extra))
+    single = {m: p.iteration_s for m in modes for p in [predict(profile, [m], [1], link)[0]]}
+    results.update_speedups(single)
+    print(results.table())
+    if args.output:
+        results.save(args.output)
+        print(f"results: {args.output}")
+    if args.plot:
+        plot(results, args.plot)
+        print(f"figure: {args.plot}")
+    return 0

@@ -1,0 +1,281 @@
+"""`poseidon experiment`: check the request, then run its cells and report them.
+
+Everything that can be wrong with the input is checked before anything starts (model,
+profile against the net, modes, nodes, bandwidth, host file, root for emulation), each with
+one line naming what is wrong. While it runs, a line per cell reports progress; the JSON is
+rewritten after every cell, so an interrupted sweep keeps what it measured; Ctrl-C stops
+the running job and removes the namespaces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+
+from poseidon.experiments.report import Results, plot
+from poseidon.experiments.run import (
+    CellJob,
+    ExperimentError,
+    MemoryWatch,
+    Scaling,
+    cell_timeout_ms,
+    choose_scaling,
+    port_for,
+    run_cell,
+)
+from poseidon.experiments.units import parse_bandwidth, parse_list, parse_nodes
+
+MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
+QUICK_NODES = [1, 2]
+
+
+@dataclass
+class ExperimentRequest:
+    model: str
+    prototxt: str
+    profile_path: str | None
+    profile: object | None  # poseidon.experiments.profile.Profile
+    nodes: list[int]
+    modes: list[str]
+    bandwidth_bps: float | None
+    emulate: bool
+    hosts: list[str]
+    ssh: list[str] | None
+    batch: int
+    iterations: int
+    warmup: int
+    scaling: Scaling
+    device: str
+    output: str | None
+    plot: str | None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ExperimentRequest:
+        """Validate everything; ValueError with one line on the first problem."""
+        from poseidon.experiments.resolve import resolve_model, resolve_profile
+
+        nodes = QUICK_NODES if args.quick else parse_nodes(args.nodes)
+        modes = parse_list(args.modes, MODES, "mode")
+        iterations = 2 if args.quick else args.iterations
+        warmup = 1 if args.quick else args.warmup
+        if iterations < 1 or warmup < 0:
+            raise ValueError("--iterations must be >= 1 and --warmup >= 0")
+        bandwidth = parse_bandwidth(args.bandwidth) if args.bandwidth else None
+        label, prototxt = resolve_model(args.model)
+        if not args.emulate and not args.hostfile:
+            raise ValueError(
+                "say where to run: --emulate (namespaces on this machine, root) or "
+                "--hostfile (a real cluster); `poseidon predict` predicts without "
+                "running"
+            )
+        hosts: list[str] = []
+        if args.hostfile:
+            hosts = _read_hosts(args.hostfile, max(nodes))
+        if args.emulate:
+            if bandwidth is None:
+                raise ValueError("--emulate needs --bandwidth, the link speed of each node")
+            if not args.profile:
+                raise ValueError(
+                    "--emulate replays compute: give --profile (a file, or a "
+                    "models/profiles name such as titanx-maxwell)"
+                )
+        profile_path = profile = None
+        batch = args.batch
+        if args.profile:
+            profile_path = resolve_profile(args.profile, label)
+            profile, batch = check_profile(profile_path, prototxt, args.batch)
+        elif batch is None:
+            from caffe.proto_io import read_net_param
+            from poseidon.experiments.netspec import data_batch
+
+            batch = data_batch(read_net_param(prototxt), prototxt)
+        if args.batch is not None and args.batch < 1:
+            raise ValueError(f"--batch {args.batch} (want >= 1)")
+        scaling = Scaling(1.0, 1)
+        if profile is not None and args.emulate:
+            scaling = choose_scaling(profile, max(nodes), bandwidth)
+        if args.dilation is not None:
+            if args.dilation <= 0:
+                raise ValueError(f"--dilation {args.dilation} (want > 0)")
+            scaling.dilation = args.dilation
+        if args.byte_scale is not None:
+            s = args.byte_scale
+            if s < 1 or s & (s - 1):
+                raise ValueError(f"--byte-scale {s} (want a power of two >= 1)")
+            scaling.byte_scale = s
+        if args.emulate:
+            from poseidon.experiments.emulation import check_can_emulate
+
+            check_can_emulate()
+        for path in (args.output, args.plot):
+            directory = os.path.dirname(os.path.abspath(path)) if path else ""
+            if path and not os.path.isdir(directory):
+                raise ValueError(f"cannot write {path}: no directory {directory}")
+        return cls(
+            label,
+            prototxt,
+            profile_path,
+            profile,
+            nodes,
+            modes,
+            bandwidth,
+            args.emulate,
+            hosts,
+            shlex.split(args.ssh) if args.ssh else None,
+            batch,
+            iterations,
+            warmup,
+            scaling,
+            args.device,
+            args.output,
+            args.plot,
+        )
+
+
+def _read_hosts(path: str, needed: int) -> list[str]:
+    from poseidon.launch import parse_hostfile
+
+    try:
+        hosts = parse_hostfile(path)
+    except OSError as e:
+        raise ValueError(f"cannot read host file {path}: {e.strerror}") from None
+    names = [h.name for h in hosts]
+    if len(names) < needed:
+        raise ValueError(
+            f"host file {path} lists {len(names)} host(s); --nodes asks for "
+            f"{needed} (one node per host)"
+        )
+    return names
+
+
+def check_profile(path: str, prototxt: str, batch: int | None):  # type: ignore[no-untyped-def]
+    """The profile, read and checked against the net (layer names, batch)."""
+    from caffe.proto_io import read_net_param
+    from poseidon.experiments.netspec import set_batch
+    from poseidon.experiments.profile import load_profile
+    from poseidon.experiments.replay import train_net
+
+    profile = load_profile(path)
+    if batch is not None and batch != profile.batch:
+        raise ValueError(
+            f"--batch {batch}, but profile {profile.label()} was measured at batch {profile.batch}"
+        )
+    try:
+        net = read_net_param(prototxt)
+    except Exception as e:
+        raise ValueError(f"cannot read {prototxt}: {e}") from None
+    set_batch(net, profile.batch, prototxt)
+    names = [layer.name for layer in train_net(net).layer]
+    profile.check_matches(names, profile.batch, prototxt)
+    return profile, profile.batch
+
+
+def run_experiment(request: ExperimentRequest) -> int:
+    """Run every cell; print the table; write JSON and figure. Exit status 0, 1 when a cell
+    failed, 130 on Ctrl-C (after cleaning up)."""
+    from poseidon.experiments.predict import predict_cell
+
+    results = Results(
+        model=request.model,
+        profile=os.path.basename(request.profile_path) if request.profile_path else "",
+        bandwidth_bps=request.bandwidth_bps,
+        batch=request.batch,
+        kind="emulated" if request.emulate else "cluster",
+    )
+    results.info = {
+        "iterations": request.iterations,
+        "warmup": request.warmup,
+        "command": "poseidon " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    if request.emulate:
+        results.info["dilation"] = request.scaling.dilation
+        results.info["byte_scale"] = request.scaling.byte_scale
+        results.info["scaling"] = request.scaling.describe()
+    cells = [(mode, p) for p in request.nodes for mode in request.modes]
+    started = time.monotonic()
+    hosts_context = _hosts_context(request)
+    try:
+        with MemoryWatch() as memory, hosts_context as emulated:
+            hosts = emulated.addresses if emulated is not None else request.hosts
+            ssh = [emulated.ssh_wrapper()] if emulated is not None else request.ssh
+            for number, (mode, nodes) in enumerate(cells, 1):
+                job = _cell_job(request)
+                if request.profile is not None and request.bandwidth_bps:
+                    from poseidon.experiments.emulation import TCP_GOODPUT_TBF
+                    from poseidon.experiments.predict import Link
+
+                    guess = predict_cell(
+                        request.profile, mode, nodes, Link(request.bandwidth_bps, TCP_GOODPUT_TBF)
+                    )
+                    job.timeout_ms = cell_timeout_ms(guess.iteration_s, job)
+                label = f"{request.model} {mode} on {nodes} node(s)"
+                _progress(f"[{number}/{len(cells)}] {label} ...")
+                cell = run_cell(job, mode, nodes, hosts, ssh, port_for(number))
+                results.add(cell)
+                results.info["peak_memory_bytes"] = memory.peak
+                results.info["wall_s"] = round(time.monotonic() - started, 1)
+                _progress(
+                    f"[{number}/{len(cells)}] {label}: {cell.iteration_s:.4f} s/iteration, "
+                    f"{cell.images_per_s:.1f} images/s, {cell.speedup:.2f}x "
+                    f"({cell.extra['job_s']:.0f} s)"
+                )
+                if request.output:
+                    results.save(request.output)
+    except KeyboardInterrupt:
+        print(
+            "poseidon experiment: interrupted; every job stopped and the emulated hosts removed",
+            file=sys.stderr,
+        )
+        _finish(results, request)
+        return 130
+    except ExperimentError as e:
+        print(f"poseidon experiment: {e}", file=sys.stderr)
+        _finish(results, request)
+        return 1
+    _finish(results, request)
+    return 0
+
+
+def _finish(results: Results, request: ExperimentRequest) -> None:
+    if not results.cells:
+        return
+    print(results.table())
+    if request.output:
+        results.save(request.output)
+        print(f"results: {request.output}")
+    if request.plot:
+        plot(results, request.plot)
+        print(f"figure: {request.plot}")
+
+
+def _cell_job(request: ExperimentRequest) -> CellJob:
+    return CellJob(
+        prototxt=request.prototxt,
+        batch=request.batch,
+        iterations=request.iterations,
+        warmup=request.warmup,
+        profile_path=request.profile_path,
+        scaling=request.scaling,
+        device=request.device,
+    )
+
+
+def _hosts_context(request: ExperimentRequest):  # type: ignore[no-untyped-def]
+    import contextlib
+
+    if not request.emulate:
+        return contextlib.nullcontext(None)
+    from poseidon.experiments.emulation import EmulatedHosts
+
+    s = request.scaling
+    rate = request.bandwidth_bps / (s.dilation * s.byte_scale)
+    return EmulatedHosts(max(request.nodes), rate, queue_ms=50.0)
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

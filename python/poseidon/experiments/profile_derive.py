@@ -1,0 +1,258 @@
+"""Derive a GPU profile that no one here can measure (`poseidon profile --derive TARGET`).
+
+The paper ran on Maxwell GTX Titan X GPUs; none is at hand. Its per-layer times are derived,
+not measured: each layer's share of the whole is a roofline estimate on the target,
+max(FLOPs / peak FLOP/s, bytes / memory bandwidth) over the layer's forward + backward
+(FLOPs and bytes from flops.py, carried by the base profile), and one factor scales every
+layer so that the whole forward+backward equals a published single-GPU time of the same
+model (reference experiments.md §1). Nothing is fitted to the paper's scaling results.
+
+Adding a GPU is a row in TARGETS and a row per model in PUBLISHED_TIMES.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.metadata
+import platform
+from dataclasses import dataclass
+
+from poseidon.experiments.flops import DATA_TYPES
+from poseidon.experiments.profile import LayerProfile, Profile, SfbTiming, rebuild_flops
+
+EXPERIMENTS_MD = "reference/experiments.md §1"
+
+
+@dataclass(frozen=True)
+class TargetDevice:
+    tag: str
+    name: str
+    peak_flops_per_s: float  # fp32, multiply-add = 2 FLOPs
+    memory_bytes_per_s: float
+    source: str
+
+
+TARGETS = {
+    # GM200 spec sheet: 3072 CUDA cores × 2 FLOP per fused multiply-add × 1000 MHz base clock
+    # = 6.14 TFLOP/s fp32; 384-bit GDDR5 at 7 Gbps = 336.5 GB/s. The base clock, not the
+    # 1075 MHz boost: the shares only need the ratio of the two rates to be right.
+    "titanx-maxwell": TargetDevice(
+        tag="titanx-maxwell",
+        name="NVIDIA GeForce GTX Titan X (Maxwell), derived",
+        peak_flops_per_s=3072 * 2 * 1.0e9,
+        memory_bytes_per_s=336.5e9,
+        source="NVIDIA GeForce GTX TITAN X specifications (GM200, 2015): 3072 CUDA cores, "
+        "1000 MHz base clock, 336.5 GB/s memory bandwidth",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class PublishedTime:
+    """A published time per iteration (forward + backward) and how it maps to a profile.
+
+    `seconds` at `batch` becomes seconds × scale × profile_batch / batch: linear in the
+    batch (a GPU this size is saturated at batch 16 by these nets, so time grows with the
+    samples), times `scale` for another device. With `rate_of` set instead, the total is
+    the base profile's FLOPs at the effective FLOP rate of that row (seconds is unused)."""
+
+    profile_batch: int  # the batch of the derived profile and of its base profile
+    source: str  # the exact line(s) of reference/experiments.md §1
+    software: str
+    why: str
+    seconds: float = 0.0
+    batch: int = 0
+    scale: float = 1.0
+    rate_of: str = ""  # another model of this target whose FLOP rate this one borrows
+
+
+JCJOHNSON = "Maxwell GTX Titan X, cuDNN 5.1, Torch (jcjohnson/cnn-benchmarks)"
+PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
+    # The paper's own Caffe on one Titan X: the most direct number there is (its unit is
+    # inferred from a plotting script, which the notes say).
+    ("titanx-maxwell", "vgg19_22k"): PublishedTime(
+        seconds=0.93, batch=32, profile_batch=32,
+        source="| Poseidon's Caffe, one Titan X (the paper's setup) | VGG19-22K, batch 32 | "
+        "≈ 0.93 s (a plotting script of the paper's figure holds 18.5 per 20 iterations; "
+        "the unit is inferred) | public plotting script |",
+        software="Poseidon's Caffe (the paper's engine)",
+        why="The paper's own engine and GPU; the seconds unit of its plotting script is "
+        "inferred.",
+    ),
+    # cuDNN 5.1: the library of the paper's time (2016-17); cuDNN 4 took 418 ms (1.9x), so
+    # the library matters more than anything else in this row.
+    ("titanx-maxwell", "vgg19"): PublishedTime(
+        seconds=0.225, batch=16, profile_batch=32,
+        source="| Maxwell GTX Titan X, cuDNN 5.1, Torch | VGG-19, batch 16 | "
+        "225 ms (fwd 74, bwd 151) | jcjohnson/cnn-benchmarks README |",
+        software=JCJOHNSON,
+        why="cuDNN 5.1 on the same GPU model (Torch, not Caffe).",
+    ),
+    ("titanx-maxwell", "resnet152"): PublishedTime(
+        seconds=0.345, batch=16, profile_batch=32,
+        source="| same | ResNet-152, batch 16 | 345 ms (fwd 124, bwd 221) | same |",
+        software=JCJOHNSON,
+        why="'same' in the source line: Maxwell GTX Titan X, cuDNN 5.1, Torch, "
+        "jcjohnson/cnn-benchmarks README.",
+    ),
+    # The paper trains GoogLeNet at batch 128 per GPU.
+    ("titanx-maxwell", "googlenet"): PublishedTime(
+        seconds=0.062, batch=16, profile_batch=128,
+        source="| same | GoogLeNet (Inception-V1), batch 16 | 62 ms | same |",
+        software=JCJOHNSON,
+        why="'same' in the source line: Maxwell GTX Titan X, cuDNN 5.1, Torch, "
+        "jcjohnson/cnn-benchmarks README; batch 128 is the paper's GoogLeNet batch.",
+    ),
+    # No Maxwell time is published; a P100's, slowed by the Pascal/Maxwell Titan X ratio
+    # (midpoint of 1.47-1.60), taking a P100 as fast as a Pascal Titan X in fp32 (10.6 vs
+    # 11.0 TFLOP/s peak).
+    ("titanx-maxwell", "inception_v3"): PublishedTime(
+        seconds=0.250, batch=32, profile_batch=32, scale=1.535,
+        source="| P100, TensorFlow, synthetic data | Inception-V3, batch 32 | "
+        "128 img/s (250 ms) | tensorflow performance/benchmarks.md | + "
+        "| Pascal Titan X vs Maxwell Titan X | — | 1.47–1.60× faster | same |",
+        software="TensorFlow on a P100 (tensorflow performance/benchmarks.md), x 1.535",
+        why="A P100 time times 1.535, the midpoint of the 1.47-1.60x Pascal/Maxwell Titan X "
+        "ratio, assuming a P100 is about a Pascal Titan X in fp32.",
+    ),
+    # Nothing published: the smallest published net's effective FLOP rate (GoogLeNet,
+    # cuDNN 5.1) applied to its FLOPs. A net this small keeps a GPU far less busy, so this
+    # is a lower bound on its time.
+    ("titanx-maxwell", "cifar10_quick"): PublishedTime(
+        profile_batch=100, rate_of="googlenet",
+        source="no published time; the rate of | same | GoogLeNet (Inception-V1), batch 16 | "
+        "62 ms | same |",
+        software=JCJOHNSON,
+        why="No published time: its FLOPs at the effective FLOP rate of GoogLeNet at batch 16 "
+        "(cuDNN 5.1, 62 ms; GoogLeNet's training FLOPs with its two auxiliary classifiers, "
+        "from flops.py). A net this small uses a GPU less well: a lower bound.",
+    ),
+}  # fmt: skip
+
+
+def derive_profile(base: Profile, target: str) -> Profile:
+    """A profile of `base`'s net on `target`: see the module docstring."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    device = TARGETS[target]
+    where = base.path or base.label()
+    row = PUBLISHED_TIMES.get((target, base.model))
+    if row is None:
+        known = sorted(model for tag, model in PUBLISHED_TIMES if tag == target)
+        raise ValueError(f"{where}: no published {target} time for model "
+                         f"{base.model!r}; known: {', '.join(known)}")  # fmt: skip
+    if base.batch != row.profile_batch:
+        raise ValueError(f"{where} was measured at batch {base.batch}; the published "
+                         f"{base.model} time maps to batch {row.profile_batch}: derive from a "
+                         f"profile measured at batch {row.profile_batch}")  # fmt: skip
+    total_s, mapping = _published_total(base, row, target)
+    raw = [_roofline(layer, device) for layer in base.layers]
+    roofline_s = sum(f + b for f, b in raw)
+    if roofline_s <= 0:
+        raise ValueError(f"{where}: no FLOPs or bytes to share the time by")
+    factor = total_s / roofline_s
+    layers = [
+        _derived_layer(layer, forward * factor, backward * factor)
+        for layer, (forward, backward) in zip(base.layers, raw)
+    ]
+    notes = (
+        f"{row.why} {mapping} Shares: max(FLOPs / {device.peak_flops_per_s:.4g} FLOP/s, "
+        f"bytes / {device.memory_bytes_per_s:.4g} B/s) per layer over forward+backward, split "
+        "between forward and backward by FLOPs (a layer without FLOPs: by the base profile's "
+        f"measured split; a data layer: all forward); every layer x {factor:.4g} so that the "
+        f"total is the published time (the roofline alone says {roofline_s:.4g} s). sfb: the "
+        "dW GEMM + bias sum's FLOP share of each InnerProduct's backward, and the one rate "
+        "that implies."
+    )
+    return Profile(
+        model=base.model,
+        net=base.net,
+        batch=base.batch,
+        device={"kind": "derived", "name": device.name, "threads": None, "tag": device.tag},
+        software={
+            "poseidon": _version(),
+            "python": platform.python_version(),
+            "published": row.software,
+        },
+        method="derived",
+        layers=layers,
+        iteration_s=total_s,
+        derivation={
+            "shares": "roofline (FLOPs, bytes)",
+            "total_s": total_s,
+            "source": f"{EXPERIMENTS_MD}: {row.source}",
+            "base_profile": where,
+            "notes": notes,
+            "target": {
+                "peak_flops_per_s": device.peak_flops_per_s,
+                "memory_bytes_per_s": device.memory_bytes_per_s,
+                "spec": device.source,
+            },
+            "roofline_s": roofline_s,
+        },
+    )
+
+
+def _published_total(base: Profile, row: PublishedTime, target: str) -> tuple[float, str]:
+    """Seconds per iteration at the profile's batch, and a sentence on how."""
+    if row.rate_of:
+        reference = PUBLISHED_TIMES[(target, row.rate_of)]
+        rate = reference_flops(row.rate_of, reference.batch) / (reference.seconds * reference.scale)
+        flops = sum(layer.flops_forward + layer.flops_backward for layer in base.layers)
+        return flops / rate, (
+            f"{row.rate_of} at batch {reference.batch} runs {rate:.4g} FLOP/s in "
+            f"{reference.seconds * 1e3:g} ms; {flops:.4g} FLOPs per iteration at batch "
+            f"{base.batch} at that rate."
+        )  # fmt: skip
+    total = row.seconds * row.scale * row.profile_batch / row.batch
+    how = f"Published {row.seconds * 1e3:g} ms at batch {row.batch}"
+    if row.scale != 1.0:
+        how += f", x {row.scale:g}"
+    if row.batch != row.profile_batch:
+        how += f", scaled linearly in batch to {row.profile_batch}"
+    return total, f"{how}: {total:.6g} s."
+
+
+@functools.cache
+def reference_flops(model: str, batch: int) -> float:
+    """Training FLOPs per iteration of a zoo model at `batch` (flops.py on its dummy net,
+    built at batch 1: every count is linear in the batch)."""
+    from poseidon.experiments.flops import net_costs
+    from poseidon.experiments.profile_measure import build_net
+    from poseidon.experiments.resolve import resolve_model
+
+    net = build_net(resolve_model(model)[1], 1)
+    return batch * sum(c.flops_forward + c.flops_backward for c in net_costs(net))
+
+
+def _roofline(layer: LayerProfile, device: TargetDevice) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer at the target's peak rates."""
+    flops = layer.flops_forward + layer.flops_backward
+    seconds = max(flops / device.peak_flops_per_s, layer.bytes / device.memory_bytes_per_s)
+    if flops > 0:
+        forward_share = layer.flops_forward / flops
+    elif layer.type not in DATA_TYPES and layer.forward_s + layer.backward_s > 0:
+        forward_share = layer.forward_s / (layer.forward_s + layer.backward_s)
+    else:
+        forward_share = 1.0
+    return seconds * forward_share, seconds * (1.0 - forward_share)
+
+
+def _derived_layer(base: LayerProfile, forward_s: float, backward_s: float) -> LayerProfile:
+    layer = copy.deepcopy(base)
+    layer.forward_s, layer.backward_s = forward_s, backward_s
+    layer.sfb = None
+    sync = base.sync
+    if base.sfb is not None and sync is not None and base.flops_backward > 0 and backward_s > 0:
+        dw_flops = rebuild_flops(sync.m, sync.n, sync.rows)
+        weight_grad_s = backward_s * min(1.0, dw_flops / base.flops_backward)
+        layer.sfb = SfbTiming(weight_grad_s, {sync.rows: dw_flops / weight_grad_s})
+    return layer
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("poseidon-caffe")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

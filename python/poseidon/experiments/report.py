@@ -1,0 +1,148 @@
+"""What `poseidon experiment` and `poseidon predict` print and write: a table of iteration
+time and speed-up per mode and node count, the JSON file, and the figure.
+
+JSON schema (more keys allowed): {"model": str, "profile": str, "bandwidth_bps": float,
+"cells": [{"mode": str, "nodes": int, "iteration_s": float, "images_per_s": float,
+"speedup": float, ...}, ...], ...}. A cell's speed-up is its images/s over the same mode's
+on one node (weak scaling: the batch per node is fixed), i.e. P · t(1) / t(P).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from poseidon.experiments.units import format_bandwidth
+
+MODE_LABELS = {
+    "ps-nooverlap": "Caffe+PS (ps-nooverlap)",
+    "wfbp": "Caffe+WFBP (wfbp)",
+    "poseidon": "Poseidon (WFBP + HybComm)",
+    "allreduce": "DDP-style all-reduce",
+}
+
+
+@dataclass
+class Cell:
+    mode: str
+    nodes: int
+    iteration_s: float
+    images_per_s: float = 0.0
+    speedup: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(out.pop("extra"))
+        return out
+
+
+@dataclass
+class Results:
+    model: str
+    profile: str
+    bandwidth_bps: float | None
+    batch: int
+    kind: str  # "emulated", "cluster" or "predicted"
+    cells: list[Cell] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, cell: Cell) -> None:
+        cell.images_per_s = cell.nodes * self.batch / cell.iteration_s
+        self.cells.append(cell)
+        self.update_speedups()
+
+    def update_speedups(self, single_node_s: dict[str, float] | None = None) -> None:
+        """Speed-up over the same mode on one node (measured, else `single_node_s`)."""
+        base = dict(single_node_s or {})
+        for cell in self.cells:
+            if cell.nodes == 1:
+                base[cell.mode] = cell.iteration_s
+        for cell in self.cells:
+            if cell.mode in base:
+                cell.speedup = cell.nodes * base[cell.mode] / cell.iteration_s
+
+    def cell(self, mode: str, nodes: int) -> Cell | None:
+        return next((c for c in self.cells if c.mode == mode and c.nodes == nodes), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "profile": self.profile,
+            "bandwidth_bps": self.bandwidth_bps,
+            "batch": self.batch,
+            "kind": self.kind,
+            **self.info,
+            "cells": [c.as_json() for c in self.cells],
+        }
+
+    def save(self, path: str) -> None:
+        """Atomically: a half-written file never replaces a good one."""
+        temporary = f"{path}.tmp"
+        with open(temporary, "w", encoding="utf-8") as f:
+            json.dump(self.to_json(), f, indent=1)
+            f.write("\n")
+        os.replace(temporary, path)
+
+    # ----- the table --------------------------------------------------------------------------
+    def table(self) -> str:
+        modes = list(dict.fromkeys(c.mode for c in self.cells))
+        nodes = sorted({c.nodes for c in self.cells})
+        link = format_bandwidth(self.bandwidth_bps) if self.bandwidth_bps else "real links"
+        lines = [
+            f"{self.model}: {self.kind}, {link}, batch {self.batch} per node; profile "
+            f"{self.profile or '(real compute)'}"
+        ]
+        for key in ("scaling", "note"):
+            if self.info.get(key):
+                lines.append(str(self.info[key]))
+        lines.append("speed-up over 1 node (iteration s, images/s)")
+        header = f"{'mode':<14}" + "".join(f"{'P=' + str(p):>26}" for p in nodes)
+        lines.append(header)
+        for mode in modes:
+            row = f"{mode:<14}"
+            for p in nodes:
+                c = self.cell(mode, p)
+                text = (
+                    f"{c.speedup:6.2f}x ({c.iteration_s:.3f} s, {c.images_per_s:7.1f})"
+                    if c
+                    else "-"
+                )
+                row += f"{text:>26}"
+            lines.append(row)
+        return "\n".join(lines)
+
+
+def plot(results: Results, path: str, title: str | None = None) -> None:
+    """Speed-up against nodes, one line per mode and the linear line, as the paper's
+    figures show scaling."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib (pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nodes = sorted({c.nodes for c in results.cells})
+    figure, axis = plt.subplots(figsize=(5.2, 4.2))
+    axis.plot(nodes, nodes, color="0.6", linestyle="--", label="linear")
+    for mode in dict.fromkeys(c.mode for c in results.cells):
+        cells = sorted((c for c in results.cells if c.mode == mode), key=lambda c: c.nodes)
+        axis.plot(
+            [c.nodes for c in cells],
+            [c.speedup for c in cells],
+            marker="o",
+            label=MODE_LABELS.get(mode, mode),
+        )
+    link = format_bandwidth(results.bandwidth_bps) if results.bandwidth_bps else "real links"
+    axis.set_title(title or f"{results.model}, {link} ({results.kind})", fontsize=10)
+    axis.set_xlabel("nodes")
+    axis.set_ylabel("speed-up")
+    axis.set_xticks(nodes)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

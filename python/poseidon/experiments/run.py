@@ -1,0 +1,252 @@
+"""Run the cells of an experiment: one job per (mode, node count), through the launcher.
+
+Emulated (`--emulate`): one network namespace per node with its link capped by tc
+(poseidon/experiments/emulation.py), one replay worker per node with its shard in its
+process (the paper's layout), real TCP between them. On a cluster (`--hostfile`): the
+same workers over ssh, computing for real (or replaying a profile, if given).
+
+Note [dilation and byte scale]. Sixteen nodes' worth of 10 GbE links do not fit through
+two cores. The emulation slows everything by the dilation d (compute sleeps d times
+longer, links run d times slower) and shrinks every tensor, chunk and bucket by the byte
+scale s (links s times slower again), so a transfer takes d times its real time and a
+compute step too: the cluster's shape in time is kept while the bytes per wall second
+drop by s·d. Reported times are divided by d. The plan is decided on the real shapes.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from poseidon.experiments.profile import Profile
+from poseidon.experiments.report import Cell
+
+RESULT_MARK = "RESULT "
+# What this machine's two cores carry comfortably through the emulated links, in bytes per
+# wall second summed over all nodes' uplinks (docs/experiments.md, "Dilation").
+EMULATION_BUDGET_BYTES_PER_S = 48e6
+# Scaled model size per worker, so that 16 workers' parameters, gradients and solver
+# history fit in a few GB.
+SCALED_MODEL_BYTES = 32 << 20
+DEFAULT_CHUNK_BYTES = 1 << 20
+DDP_BUCKET_CAP_BYTES = 25 << 20
+DDP_FIRST_BUCKET_BYTES = 1 << 20
+
+
+class ExperimentError(RuntimeError):
+    """A cell could not run; the message names the cell and says why."""
+
+
+@dataclass
+class Scaling:
+    dilation: float
+    byte_scale: int
+
+    def describe(self) -> str:
+        return (
+            f"time dilation {self.dilation:g} (compute and links {self.dilation:g}x slower, "
+            f"times reported undilated), byte scale {self.byte_scale} (tensors, chunks and "
+            f"buckets 1/{self.byte_scale}, links {self.byte_scale}x slower)"
+        )
+
+
+def choose_scaling(profile: Profile, max_nodes: int, bandwidth_bps: float) -> Scaling:
+    """The smallest power-of-two byte scale that brings a worker's model to
+    SCALED_MODEL_BYTES, and the smallest dilation (a power of two, at least 1) that keeps
+    every node's link at full rate within EMULATION_BUDGET_BYTES_PER_S in all."""
+    model_bytes = 4.0 * sum(sum(layer.blobs) for layer in profile.layers)
+    scale = 1
+    while model_bytes / scale > SCALED_MODEL_BYTES:
+        scale *= 2
+    traffic = max_nodes * bandwidth_bps / 8 / scale if max_nodes > 1 else 0.0
+    dilation = 1.0
+    while traffic / dilation > EMULATION_BUDGET_BYTES_PER_S:
+        dilation *= 2
+    return Scaling(dilation, scale)
+
+
+@dataclass
+class CellJob:
+    """Everything one cell's job needs besides the mode and the node count."""
+
+    prototxt: str
+    batch: int
+    iterations: int
+    warmup: int
+    profile_path: str | None = None
+    scaling: Scaling = field(default_factory=lambda: Scaling(1.0, 1))
+    device: str = "cpu"
+    timeout_ms: int = 600_000
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def worker_command(self) -> list[str]:
+        command = [
+            sys.executable,
+            "-m",
+            "poseidon.experiments.worker",
+            "--model",
+            self.prototxt,
+            "--batch",
+            str(self.batch),
+            "--warmup",
+            str(self.warmup),
+            "--iterations",
+            str(self.iterations),
+            "--device",
+            self.device,
+        ]
+        if self.profile_path:
+            command += [
+                "--profile",
+                self.profile_path,
+                "--dilation",
+                f"{self.scaling.dilation:g}",
+                "--byte-scale",
+                str(self.scaling.byte_scale),
+            ]
+        return command
+
+    def environment(self) -> dict[str, str]:
+        s = self.scaling.byte_scale
+        env = {
+            "GLOG_minloglevel": "1",
+            "OMP_NUM_THREADS": "1",
+            "POSEIDON_CHUNK_BYTES": str(max(4, DEFAULT_CHUNK_BYTES // s // 4 * 4)),
+            "POSEIDON_BUCKET_CAP_BYTES": str(max(4, DDP_BUCKET_CAP_BYTES // s)),
+            "POSEIDON_FIRST_BUCKET_BYTES": str(max(4, DDP_FIRST_BUCKET_BYTES // s)),
+        }
+        env.update(self.extra_env)
+        return env
+
+
+class _Collector:
+    """The launcher's output, kept in memory (thread-safe: the launcher writes under its
+    own lock) and echoed to `echo` when given."""
+
+    def __init__(self, echo: Callable[[str], None] | None = None) -> None:
+        self.lines: list[str] = []
+        self._echo = echo
+        self._partial = ""
+
+    def write(self, text: str) -> None:
+        text = self._partial + text
+        *complete, self._partial = text.split("\n")
+        self.lines.extend(complete)
+        if self._echo is not None:
+            for line in complete:
+                self._echo(line)
+
+    def flush(self) -> None:
+        pass
+
+
+def run_cell(
+    job: CellJob,
+    mode: str,
+    nodes: int,
+    hosts: list[str] | None,
+    ssh: list[str] | None,
+    port: int,
+    echo: Callable[[str], None] | None = None,
+) -> Cell:
+    """Start one job, wait for it, and read every worker's RESULT line. Raises
+    ExperimentError naming the cell; KeyboardInterrupt when the job was interrupted."""
+    from poseidon.launch import Host, JobSpec, run_job
+
+    spec = JobSpec(
+        command=job.worker_command(),
+        num_workers=nodes,
+        num_servers=nodes,
+        sync=mode,
+        timeout_ms=job.timeout_ms,
+        coordinator_port=port,
+        hosts=[Host(h) for h in hosts[:nodes]] if hosts else [],
+        extra_env=job.environment(),
+    )
+    if ssh is not None:
+        spec.ssh = ssh
+    out = _Collector(echo)
+    started = time.monotonic()
+    code = run_job(spec, out)
+    if code in (130, 143):
+        raise KeyboardInterrupt
+    found = _results(out.lines)
+    if code != 0 or len(found) != nodes:
+        tail = "\n".join(out.lines[-25:])
+        raise ExperimentError(
+            f"{mode} on {nodes} node(s) failed (exit status {code}, "
+            f"{len(found)} of {nodes} results); last lines:\n{tail}"
+        )
+    sums = [r["checksum"] for r in found]
+    if max(sums) - min(sums) > 1e-6 * max(1.0, abs(max(sums))):
+        raise ExperimentError(
+            f"{mode} on {nodes} node(s): the workers' weights differ after "
+            f"training (checksums {sums}): synchronisation is broken"
+        )
+    slowest = max(found, key=lambda r: r["iteration_s"])
+    extra = {
+        "bytes_per_node": max(r["bytes_sent"] for r in found),
+        "wall_iteration_s": slowest["wall_iteration_s"],
+        "late_s": max(r["late_s"] for r in found),
+        "job_s": round(time.monotonic() - started, 1),
+    }
+    return Cell(mode, nodes, slowest["iteration_s"], extra=extra)
+
+
+def _results(lines: list[str]) -> list[dict]:
+    import json
+
+    found = {}
+    for line in lines:
+        _, mark, payload = line.partition(RESULT_MARK)
+        if mark and payload.startswith("{"):
+            result = json.loads(payload)
+            found[result["rank"]] = result
+    return [found[r] for r in sorted(found)]
+
+
+class MemoryWatch:
+    """Peak memory in use on this machine while an experiment runs (MemTotal − MemAvailable,
+    above what was in use at the start), sampled twice a second."""
+
+    def __init__(self) -> None:
+        self.baseline = _used_bytes()
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory-watch", daemon=True)
+
+    def __enter__(self) -> MemoryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.peak = max(self.peak, _used_bytes() - self.baseline)
+
+
+def _used_bytes() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
+        return info["MemTotal"] - info["MemAvailable"]
+    except (OSError, KeyError, ValueError, IndexError):
+        return 0
+
+
+def cell_timeout_ms(predicted_s: float, job: CellJob) -> int:
+    """Every wait of a cell's job: ample for its predicted iterations at the dilation."""
+    iterations = job.warmup + job.iterations
+    dilated = predicted_s * job.scaling.dilation * iterations
+    return int(max(120.0, 10 * dilated + 60) * 1000)
+
+
+def port_for(cell_number: int) -> int:
+    """A fresh coordinator / rendezvous port per cell (no wait for TIME_WAIT sockets)."""
+    return 29700 + (cell_number * 3) % 1200

@@ -1,0 +1,165 @@
+"""The predictor against hand-computed cases: the uplink's sharing rules, a PS round's
+bulk-synchronous shape, WFBP overlap, the SFB rebuild, DDP buckets, and the plan's bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from poseidon.experiments.predict import (
+    FRAME_HEADER_BYTES,
+    Link,
+    Uplink,
+    _Transfer,
+    predict_cell,
+)
+from poseidon.experiments.profile import LayerProfile, Profile, SfbTiming, SyncShape
+
+MB = 1e6
+B = 100e6  # bytes/s of the test link (goodput 1, no latency)
+LINK = Link(8 * B, goodput=1.0, latency_s=0.0)
+
+
+def make_profile(layers: list[LayerProfile], batch: int = 8) -> Profile:
+    start = 0
+    for layer in layers:
+        if layer.sync is not None:
+            layer.sync.start = start
+            start += layer.sync.floats
+    total = sum(x.forward_s + x.backward_s for x in layers)
+    return Profile(
+        "toy", "toy.prototxt", batch, {"kind": "cpu", "name": "test"}, {}, "measured", layers, total
+    )
+
+
+def conv(name: str, floats: int, forward_s: float, backward_s: float) -> LayerProfile:
+    sync = SyncShape("conv", floats, 1, 8, floats)
+    return LayerProfile(name, "Convolution", forward_s, backward_s, blobs=[floats], sync=sync)
+
+
+def relu(name: str, forward_s: float = 0.0, backward_s: float = 0.0) -> LayerProfile:
+    return LayerProfile(name, "ReLU", forward_s, backward_s)
+
+
+# ----- the uplink ------------------------------------------------------------------------------
+def transfer(stream: int, priority: int, volume: float, cap: float = B, ready: float = 0.0):
+    return _Transfer(stream, (priority,), volume, cap, ready)
+
+
+def run(*transfers: _Transfer) -> list[float]:
+    uplink = Uplink(B)
+    for t in transfers:
+        uplink.add(t)
+    uplink.run()
+    return [t.done for t in transfers]
+
+
+def test_two_streams_share_the_link_evenly():
+    assert run(transfer(0, 0, MB), transfer(1, 0, MB)) == pytest.approx([0.02, 0.02])
+
+
+def test_one_stream_serves_in_priority_order():
+    low, high = run(transfer(0, 5, MB), transfer(0, 1, MB))
+    assert high == pytest.approx(0.01) and low == pytest.approx(0.02)
+
+
+def test_a_capped_transfer_leaves_the_rest_to_the_other_stream():
+    # The capped one gets B/4 throughout; the other 3B/4 until it is done, then all of B.
+    capped, free = run(transfer(0, 0, MB, cap=B / 4), transfer(1, 0, 3 * MB))
+    assert capped == pytest.approx(0.04)
+    assert free == pytest.approx(0.04)
+
+
+def test_a_late_transfer_starts_when_ready():
+    (done,) = run(transfer(0, 0, MB, ready=0.5))
+    assert done == pytest.approx(0.51)
+
+
+# ----- whole iterations -----------------------------------------------------------------------
+def test_one_node_is_pure_compute():
+    profile = make_profile([relu("data"), conv("c1", 1000, 0.01, 0.02), relu("r", 0.001, 0.002)])
+    for mode in ("ps-nooverlap", "wfbp", "poseidon", "allreduce"):
+        cell = predict_cell(profile, mode, 1, LINK)
+        assert cell.iteration_s == pytest.approx(0.033)
+        assert cell.wait_s == pytest.approx(0.0, abs=1e-12)
+
+
+def test_ps_round_without_overlap_is_push_then_reply():
+    # 2 nodes, 1 MiB chunks: 2 MB make 2 chunks, one per shard (one turn). Each node pushes
+    # the chunk it does not own (1 MB on its uplink at B), then its shard replies (1 MB).
+    floats = 500_000  # 2 MB
+    profile = make_profile([relu("data"), conv("c1", floats, 0.01, 0.02)])
+    cell = predict_cell(profile, "ps-nooverlap", 2, LINK)
+    chunk = 1 * MB + FRAME_HEADER_BYTES
+    assert cell.iteration_s == pytest.approx(0.03 + 2 * chunk / B)
+    assert cell.bytes_per_node == pytest.approx(2 * chunk)
+
+
+def test_a_turn_that_reaches_one_shard_moves_at_its_share_of_the_rate():
+    # A 1-chunk layer on 4 nodes: its shard receives 3 pushes and sends 3 replies, so the
+    # round takes 2·3·c/B although each node moves only 3/4·c each way.
+    floats = 100_000  # 400 kB
+    profile = make_profile([relu("data"), conv("c1", floats, 0.0, 0.0)])
+    cell = predict_cell(profile, "ps-nooverlap", 4, LINK, chunk_bytes=1 << 20)
+    # 400 kB spreads over min(4, 400 kB / 64 KiB) = 4 shards: a full turn, no cap.
+    c = 100_000 * 4 / 4 + FRAME_HEADER_BYTES
+    assert cell.iteration_s == pytest.approx(2 * 4 * c * 3 / 4 / B)
+    small = make_profile([relu("data"), conv("c1", 10_000, 0.0, 0.0)])  # 40 kB: 1 chunk
+    c = 40_000 + FRAME_HEADER_BYTES
+    cell = predict_cell(small, "ps-nooverlap", 4, LINK)
+    assert cell.iteration_s == pytest.approx(2 * 3 * c / B)
+
+
+def test_wfbp_hides_the_top_layer_behind_the_bottom_layers_backward():
+    # c2 (top, 2 MB) finishes backward first; its round (2 x 1 MB at B = 20 ms) ends
+    # before c1's backward (50 ms) does. c1 (4 kB, one chunk) syncs after backward; the
+    # forward waits for c1's round only.
+    profile = make_profile(
+        [relu("data"), conv("c1", 1000, 0.01, 0.05), conv("c2", 500_000, 0.01, 0.01)]
+    )
+    cell = predict_cell(profile, "wfbp", 2, LINK)
+    c1_round = 2 * (4000 + FRAME_HEADER_BYTES) / B  # push 1 chunk, then its reply
+    assert cell.iteration_s == pytest.approx(0.01 + 0.05 + c1_round + 0.01 + 0.01)
+    plain = predict_cell(profile, "ps-nooverlap", 2, LINK)
+    c2_round = 2 * (1 * MB + FRAME_HEADER_BYTES) / B
+    assert plain.iteration_s == pytest.approx(0.08 + max(c1_round, 0) + c2_round, rel=0.01)
+    assert cell.iteration_s < plain.iteration_s
+
+
+def test_sfb_skips_dw_and_charges_the_rebuild_for_every_node():
+    rate = 1e10
+    fc = LayerProfile(
+        "fc",
+        "InnerProduct",
+        0.01,
+        0.02,
+        blobs=[4096 * 4096, 4096],
+        sync=SyncShape("FC", 4096, 4096, 8, 4096 * 4097),
+        sfb=SfbTiming(0.004, {8: rate}),
+    )
+    profile = make_profile([relu("data"), fc])
+    for nodes in (2, 4):
+        cell = predict_cell(profile, "poseidon", nodes, LINK)
+        rebuild = (2 * 4096 * 4096 * 8 * nodes + 4096 * 8 * nodes) / rate
+        factors = (nodes - 1) * (4 * 8 * (4096 + 4096) + FRAME_HEADER_BYTES)
+        assert cell.rebuild_s == pytest.approx(rebuild)
+        assert cell.bytes_per_node == pytest.approx(factors)
+        # Backward skips the dW share; the factors leave after it and arrive before the
+        # forward reaches the layer (nothing else to wait for): compute + rebuild + send.
+        send = factors / B
+        assert cell.iteration_s == pytest.approx(0.01 + 0.016 + rebuild + send)
+
+
+def test_allreduce_is_a_ring_after_each_bucket():
+    profile = make_profile([relu("data"), conv("c1", 1_000_000, 0.01, 0.05)])
+    cell = predict_cell(profile, "allreduce", 4, LINK)
+    size = 4 * 1_000_000
+    assert cell.iteration_s == pytest.approx(0.05 + 2 * 3 / 4 * size / B + 0.01)
+    assert cell.bytes_per_node == pytest.approx(2 * 3 / 4 * size)
+
+
+def test_bad_arguments():
+    profile = make_profile([relu("data")])
+    with pytest.raises(ValueError, match="mode 'ring'"):
+        predict_cell(profile, "ring", 2, LINK)
+    with pytest.raises(ValueError, match="0 nodes"):
+        predict_cell(profile, "wfbp", 0, LINK)
