@@ -125,6 +125,7 @@ class PoseidonSync:
         mode: str = "poseidon",
         timeline: Timeline | None = None,
         force_scheme: str = "auto",
+        broadcast_weights: bool = True,
     ) -> None:
         if mode not in SYNC_MODES:
             raise ValueError(f"sync mode {mode!r}: want one of {', '.join(SYNC_MODES)}")
@@ -143,6 +144,9 @@ class PoseidonSync:
         self.started = False
         self.shard: ColocatedShard | None = None  # set by attach_from_environment
         self.worker_timeout_s = 60.0
+        # False only where every worker provably starts from the same weights (the compute
+        # replay's placeholders): the first step then skips rank 0's broadcast.
+        self.broadcast_weights = broadcast_weights
         on_cuda = self.net.device.type == "cuda"
         self.side_stream = torch.cuda.Stream(device=self.net.device) if on_cuda else None
         # One thread: it hands layers to the (asynchronous) comm core in submission order.
@@ -219,7 +223,8 @@ class PoseidonSync:
     def on_start(self) -> None:
         if not self.started:
             self.started = True
-            self._broadcast_initial_weights()
+            if self.broadcast_weights:
+                self._broadcast_initial_weights()
         self.pass_index = 0
 
     @comm_errors
@@ -468,9 +473,11 @@ def prepare_worker() -> int:
 
 
 @comm_errors
-def attach_from_environment(solver) -> PoseidonSync | AllreduceSync:
+def attach_from_environment(solver, broadcast_weights: bool = True) -> PoseidonSync | AllreduceSync:
     """Join the Poseidon job described by POSEIDON_* variables and attach to `solver`
-    (POSEIDON_SYNC=allreduce: the DDP-style baseline of caffe/allreduce_sync.py instead)."""
+    (POSEIDON_SYNC=allreduce: the DDP-style baseline of caffe/allreduce_sync.py instead).
+    `broadcast_weights=False`: every worker starts from identical weights by construction
+    (the compute replay), so rank 0's are not sent at the first step."""
     global _colocated_shards
     config = worker_config()
     if config.sync == "allreduce":
@@ -493,7 +500,8 @@ def attach_from_environment(solver) -> PoseidonSync | AllreduceSync:
         timeline = None
         if config.timeline:
             timeline = Timeline(config.timeline, config.rank, config.num_workers)
-        sync = PoseidonSync(solver, worker, config.sync, timeline, config.scheme)
+        sync = PoseidonSync(solver, worker, config.sync, timeline, config.scheme,
+                            broadcast_weights)  # fmt: skip
     except BaseException:
         if shard is not None:
             shard.stop("worker failed to join the job")

@@ -1,8 +1,8 @@
 """Run the paper's scaling experiment: iteration time, images/s and speed-up of each sync
 mode on each node count, on emulated nodes (`--emulate`: network namespaces with links
-capped by tc, compute replayed from a profile; needs root) or on a real cluster
-(`--hostfile`: the real model over ssh). Prints a table; `-o` writes the JSON, `--plot` the
-figure. See docs/experiments.md."""
+capped by tc; needs root) or on a real cluster (`--hostfile`, over ssh), computing for real
+(the model with DummyData) or replaying a compute profile (`--profile`). Prints a table;
+`-o` writes the JSON, `--plot` the figure. See docs/experiments.md."""
 
 from __future__ import annotations
 

@@ -127,27 +127,12 @@ class EmulatedHosts:
         rate_bytes = rate_bps / 8
         burst = max(64 << 10, int(rate_bytes * 0.004))
         queue = max(burst, int(rate_bytes * self.queue_ms / 1000))
+        tbf = ["root", "tbf", "rate", f"{int(rate_bps)}bit", "burst", str(burst), "limit",
+               str(queue)]  # fmt: skip
         for i, ns in enumerate(self.namespaces):
-            for prefix, dev in (
-                (["ip", "netns", "exec", ns], self.inner(i)),
-                ([], f"{self.prefix}b{i}"),
-            ):
-                _run(
-                    *prefix,
-                    "tc",
-                    "qdisc",
-                    "replace",
-                    "dev",
-                    dev,
-                    "root",
-                    "tbf",
-                    "rate",
-                    f"{int(rate_bps)}bit",
-                    "burst",
-                    str(burst),
-                    "limit",
-                    str(queue),
-                )
+            inside = ["ip", "netns", "exec", ns]
+            _run(*inside, "tc", "qdisc", "replace", "dev", self.inner(i), *tbf)
+            _run("tc", "qdisc", "replace", "dev", f"{self.prefix}b{i}", *tbf)
 
     def teardown(self) -> None:
         """Remove every namespace, link and file of this prefix (also a crashed run's)."""

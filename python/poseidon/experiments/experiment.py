@@ -50,6 +50,7 @@ class ExperimentRequest:
     warmup: int
     scaling: Scaling
     device: str
+    threads: int
     output: str | None
     plot: str | None
 
@@ -62,8 +63,8 @@ class ExperimentRequest:
         modes = parse_list(args.modes, MODES, "mode")
         iterations = 2 if args.quick else args.iterations
         warmup = 1 if args.quick else args.warmup
-        if iterations < 1 or warmup < 0:
-            raise ValueError("--iterations must be >= 1 and --warmup >= 0")
+        if iterations < 1 or warmup < 0 or args.threads < 1:
+            raise ValueError("--iterations and --threads must be >= 1, --warmup >= 0")
         bandwidth = parse_bandwidth(args.bandwidth) if args.bandwidth else None
         label, prototxt = resolve_model(args.model)
         if not args.emulate and not args.hostfile:
@@ -75,14 +76,13 @@ class ExperimentRequest:
         hosts: list[str] = []
         if args.hostfile:
             hosts = _read_hosts(args.hostfile, max(nodes))
-        if args.emulate:
-            if bandwidth is None:
-                raise ValueError("--emulate needs --bandwidth, the link speed of each node")
-            if not args.profile:
-                raise ValueError(
-                    "--emulate replays compute: give --profile (a file, or a "
-                    "models/profiles name such as titanx-maxwell)"
-                )
+        if args.emulate and bandwidth is None:
+            raise ValueError("--emulate needs --bandwidth, the link speed of each node")
+        if not args.profile and (args.dilation is not None or args.byte_scale is not None):
+            raise ValueError(
+                "--dilation and --byte-scale apply to replayed compute (--profile); real "
+                "compute runs at its own speed"
+            )
         profile_path = profile = None
         batch = args.batch
         if args.profile:
@@ -116,24 +116,12 @@ class ExperimentRequest:
             if path and not os.path.isdir(directory):
                 raise ValueError(f"cannot write {path}: no directory {directory}")
         return cls(
-            label,
-            prototxt,
-            profile_path,
-            profile,
-            nodes,
-            modes,
-            bandwidth,
-            args.emulate,
-            hosts,
-            shlex.split(args.ssh) if args.ssh else None,
-            batch,
-            iterations,
-            warmup,
-            scaling,
-            args.device,
-            args.output,
-            args.plot,
-        )
+            model=label, prototxt=prototxt, profile_path=profile_path, profile=profile,
+            nodes=nodes, modes=modes, bandwidth_bps=bandwidth, emulate=args.emulate,
+            hosts=hosts, ssh=shlex.split(args.ssh) if args.ssh else None, batch=batch,
+            iterations=iterations, warmup=warmup, scaling=scaling, device=args.device,
+            threads=args.threads, output=args.output, plot=args.plot,
+        )  # fmt: skip
 
 
 def _read_hosts(path: str, needed: int) -> list[str]:
@@ -262,6 +250,7 @@ def _cell_job(request: ExperimentRequest) -> CellJob:
         profile_path=request.profile_path,
         scaling=request.scaling,
         device=request.device,
+        threads=request.threads,
     )
 
 

@@ -79,34 +79,18 @@ class CellJob:
     profile_path: str | None = None
     scaling: Scaling = field(default_factory=lambda: Scaling(1.0, 1))
     device: str = "cpu"
+    threads: int = 1
     timeout_ms: int = 600_000
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def worker_command(self) -> list[str]:
-        command = [
-            sys.executable,
-            "-m",
-            "poseidon.experiments.worker",
-            "--model",
-            self.prototxt,
-            "--batch",
-            str(self.batch),
-            "--warmup",
-            str(self.warmup),
-            "--iterations",
-            str(self.iterations),
-            "--device",
-            self.device,
-        ]
+        command = [sys.executable, "-m", "poseidon.experiments.worker", "--model", self.prototxt]
+        command += ["--batch", str(self.batch), "--warmup", str(self.warmup)]
+        command += ["--iterations", str(self.iterations), "--device", self.device]
+        command += ["--threads", str(self.threads)]
         if self.profile_path:
-            command += [
-                "--profile",
-                self.profile_path,
-                "--dilation",
-                f"{self.scaling.dilation:g}",
-                "--byte-scale",
-                str(self.scaling.byte_scale),
-            ]
+            command += ["--profile", self.profile_path, "--dilation", f"{self.scaling.dilation:g}"]
+            command += ["--byte-scale", str(self.scaling.byte_scale)]
         return command
 
     def environment(self) -> dict[str, str]:

@@ -108,7 +108,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         solver_parameter(build_net_param(args), args.device),
         mode="GPU" if args.device == "cuda" else "CPU",
     )
-    sync = attach_from_environment(solver)
+    # A replay's weights are the same placeholders on every worker: no broadcast needed
+    # (rank 0's uplink would carry every SFB layer P-1 times, minutes when dilated).
+    sync = attach_from_environment(solver, broadcast_weights=not args.profile)
     error: BaseException | None = None
     try:
         solver.step(args.warmup)

@@ -1,0 +1,181 @@
+"""`poseidon experiment` and `poseidon predict` on bad input: one line naming what is wrong,
+exit status 2, nothing started."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from poseidon.cli import main
+
+PROFILE = "cifar10_quick.cpu"  # shipped in models/profiles, batch 100
+
+
+def refused(capsys, *args: str) -> str:
+    code = main(list(args))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def experiment(*extra: str) -> list[str]:
+    base = [
+        "experiment",
+        "--model",
+        "cifar10_quick",
+        "--profile",
+        PROFILE,
+        "--bandwidth",
+        "10gbit",
+        "--emulate",
+    ]
+    return base + list(extra)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--model", "nosuch"], "unknown model 'nosuch'"),
+        (["--modes", "wfbp,ring"], "mode 'ring': want one or more of"),
+        (["--bandwidth", "fast"], "bandwidth 'fast': want a number and a unit"),
+        (["--nodes", "0,2"], "at least 1 node"),
+        (["--profile", "nosuch.json"], "profile 'nosuch.json': no such file"),
+        (
+            ["--batch", "7"],
+            "--batch 7, but profile cifar10_quick.cpu.json was measured at batch 100",
+        ),
+        (["--byte-scale", "3"], "--byte-scale 3 (want a power of two"),
+        (["--iterations", "0"], "--iterations and --threads must be >= 1"),
+    ],
+)
+def test_bad_experiment_input(capsys, args, message):
+    line = refused(capsys, *experiment(*args))
+    assert line.startswith("poseidon experiment: ") and message in line
+
+
+def test_a_profile_of_another_net(capsys):
+    line = refused(
+        capsys,
+        "experiment",
+        "--model",
+        "lenet",
+        "--profile",
+        "cifar10_quick.cpu.json",
+        "--bandwidth",
+        "1gbit",
+        "--emulate",
+    )
+    assert "does not match the net" in line or "measured at batch 100" in line
+
+
+def test_a_broken_profile_file(capsys, tmp_path):
+    broken = tmp_path / "p.json"
+    broken.write_text('{"schema": "poseidon-profile/1",\n "model": }')
+    line = refused(capsys, *experiment("--profile", str(broken)))
+    assert f"{broken}:2: not JSON" in line
+
+
+def test_where_to_run(capsys, tmp_path):
+    line = refused(capsys, "experiment", "--model", "cifar10_quick", "--profile", PROFILE)
+    assert "--emulate" in line and "--hostfile" in line
+    line = refused(
+        capsys, "experiment", "--model", "cifar10_quick", "--emulate", "--bandwidth", "1gbit"
+    )
+    assert "give --profile" in line
+    line = refused(
+        capsys, "experiment", "--model", "cifar10_quick", "--emulate", "--profile", PROFILE
+    )
+    assert "needs --bandwidth" in line
+
+
+def test_a_host_file_with_too_few_hosts(capsys, tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("node1 slots=1\n# node2\nnode3\n")
+    line = refused(
+        capsys,
+        "experiment",
+        "--model",
+        "cifar10_quick",
+        "--hostfile",
+        str(hosts),
+        "--nodes",
+        "1,2,4",
+    )
+    assert f"host file {hosts} lists 2 host(s); --nodes asks for 4" in line
+    line = refused(
+        capsys, "experiment", "--model", "cifar10_quick", "--hostfile", str(tmp_path / "none")
+    )
+    assert "cannot read host file" in line
+
+
+def test_emulation_without_root_says_so(capsys, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    line = refused(capsys, *experiment())
+    assert "emulation needs root" in line
+
+
+def test_emulation_without_iproute2_says_so(capsys, monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda tool: None)
+    line = refused(capsys, *experiment())
+    assert "emulation needs iproute2 (ip, tc not found" in line
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--bandwidth", "10 gigs"], "bandwidth '10 gigs'"),
+        (["--model", "nosuch"], "unknown model 'nosuch'"),
+        (["--nodes", "1,-2"], "at least 1 node"),
+        (["--modes", "allreduce,fast"], "mode 'fast'"),
+        (["--model", "lenet"], "profile cifar10_quick.cpu.json"),
+    ],
+)
+def test_bad_predict_input(capsys, args, message):
+    base = ["predict", "--model", "cifar10_quick", "--profile", PROFILE, "--bandwidth", "10gbit"]
+    line = refused(capsys, *base, *args)
+    assert line.startswith("poseidon predict: ") and message in line
+
+
+def test_predict_prints_the_table_and_writes_the_json(capsys, tmp_path):
+    import json
+
+    out = tmp_path / "p.json"
+    code = main(
+        [
+            "predict",
+            "--model",
+            "cifar10_quick",
+            "--profile",
+            "titanx-maxwell",
+            "--bandwidth",
+            "10GbE",
+            "--nodes",
+            "1,2,32",
+            "-o",
+            str(out),
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "P=32" in printed and "poseidon" in printed
+    data = json.loads(out.read_text())
+    assert data["model"] == "cifar10_quick" and data["bandwidth_bps"] == 10e9
+    assert {(c["mode"], c["nodes"]) for c in data["cells"]} == {
+        (m, p) for m in ("ps-nooverlap", "wfbp", "poseidon", "allreduce") for p in (1, 2, 32)
+    }
+    for cell in data["cells"]:
+        assert cell["iteration_s"] > 0 and cell["images_per_s"] > 0
+        assert cell["speedup"] == pytest.approx(
+            cell["nodes"]
+            * next(
+                c["iteration_s"]
+                for c in data["cells"]
+                if c["mode"] == cell["mode"] and c["nodes"] == 1
+            )
+            / cell["iteration_s"]
+        )

@@ -1,0 +1,121 @@
+"""The compute replay: the replayed net is the profiled net's twin (names, DAG, parameter
+specs, loss weights), its blobs are byte-scaled, the plan is decided on the real shapes,
+its layers spend the profile's times on the dilated device clock, and a profile that does
+not describe the net is refused by name."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import caffe
+from caffe.proto_io import parse_net_text
+from caffe.sync_layout import sync_layout
+from poseidon import _C
+from poseidon.experiments import clock
+from poseidon.experiments.profile import ProfileError, SfbTiming
+from poseidon.experiments.profile_measure import skeleton
+from poseidon.experiments.replay import ReplayLayer, replay_net_param
+from poseidon.plan import layer_spec
+from tests.poseidon.experiments.nets import SMALL, build
+
+
+@pytest.fixture
+def profile(tmp_path):
+    net = build(tmp_path)
+    p = skeleton(net, str(tmp_path / "net.prototxt"), "cpu")
+    for i, layer in enumerate(p.layers):
+        layer.forward_s = 0.001 * (i + 1)
+        layer.backward_s = 0.002 * (i + 1)
+        if layer.type == "InnerProduct" and layer.sync is not None:
+            layer.sfb = SfbTiming(0.0005, {4: 1e9})
+    return p
+
+
+def replay_net(profile, byte_scale=1, text=SMALL):
+    param = replay_net_param(parse_net_text(text), profile, byte_scale, "net.prototxt")
+    return caffe.Net(param)
+
+
+def test_the_replay_is_the_profiled_nets_twin(tmp_path, profile):
+    real = build(tmp_path)
+    replay = replay_net(profile)
+    assert replay._layer_names == real._layer_names
+    assert [type(layer) for layer in replay.layers] == [ReplayLayer] * len(real.layers)
+    assert [layer.type for layer in replay.layers] == [layer.type for layer in real.layers]
+    assert replay.layer_need_backward == real.layer_need_backward
+    assert replay.params_lr == real.params_lr
+    assert replay._blob_loss_weights[replay._blob_name_to_idx["loss"]] == 1.0
+
+
+def test_blobs_shrink_by_the_byte_scale_and_the_plan_stays_the_real_one(tmp_path, profile):
+    real = build(tmp_path)
+    replay = replay_net(profile, byte_scale=8)
+    for a, b in zip(real.layers, replay.layers):
+        assert [blob.count for blob in b.blobs] == [-(-blob.count // 8) for blob in a.blobs]
+
+    def specs(net):
+        return [
+            layer_spec(
+                s.index, s.name, s.shape.kind, s.shape.m, s.shape.n, s.shape.rows, s.num_floats
+            )
+            for s in sync_layout(net)
+        ]
+
+    for a, b in zip(specs(real), specs(replay)):
+        assert (a.layer_id, a.kind, a.m, a.n, a.k) == (b.layer_id, b.kind, b.m, b.n, b.k)
+        assert b.num_floats == -(-a.num_floats // 8)
+    plans = [_C.make_plan(specs(n), 4, 4) for n in (real, replay)]
+    assert [lp.scheme for lp in plans[0].layers] == [lp.scheme for lp in plans[1].layers]
+    fc, real_fc = replay.layer_by_name("fc"), real.layer_by_name("fc")
+    assert fc.factor_widths() == (-(-real_fc.num_output // 8), -(-real_fc.K // 8))
+
+
+def test_layers_spend_the_profiles_time_on_the_dilated_clock(profile):
+    clock.configure(dilation=2.0)
+    net = replay_net(profile)
+    started = time.perf_counter()
+    net.forward_backward()
+    elapsed = time.perf_counter() - started
+    wanted = sum(x.forward_s for x in profile.layers)
+    wanted += sum(x.backward_s for x, need in zip(profile.layers, net.layer_need_backward) if need)
+    assert elapsed == pytest.approx(2.0 * wanted, rel=0.15)
+    assert clock.device_clock().stats.charged_s == pytest.approx(wanted, rel=1e-9)
+    clock.configure(dilation=1.0)
+
+
+def test_the_clock_absorbs_its_own_lateness():
+    device = clock.ReplayClock(dilation=1.0, slack_s=0.005)
+    started = time.perf_counter()
+    for _ in range(10):
+        device.spend(0.004)
+        busy_until = time.perf_counter() + 0.001  # the thread's own work between layers
+        while time.perf_counter() < busy_until:
+            pass
+    elapsed = time.perf_counter() - started
+    # 10 x (4 ms + 1 ms of the thread's own work) would be 50 ms; the device ran its
+    # 40 ms back to back, plus the last 1 ms.
+    assert elapsed == pytest.approx(0.041, abs=0.006)
+    device.spend(0.0)
+    time.sleep(0.02)  # a real wait (a gradient in flight): the device idles
+    restarts = device.stats.restarts
+    device.spend(0.001)
+    assert device.stats.restarts == restarts + 1
+
+
+def test_a_profile_of_another_net_is_refused(profile):
+    other = SMALL.replace('"fc"', '"fc_other"')
+    with pytest.raises(
+        ProfileError,
+        match=r"does not match the net net.prototxt: no times for "
+        r"fc_other",
+    ):
+        replay_net(profile, text=other)
+    profile.batch = 8
+    with pytest.raises(
+        ProfileError,
+        match=r"measured at batch 8, the net net.prototxt runs "
+        r"batch 4",
+    ):
+        replay_net(profile)
