@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, help="batch per node (default: the profile's)")
     p.add_argument("--dilation", type=float, help="time dilation (default: chosen, see docs)")
     p.add_argument("--byte-scale", type=int, help="byte scale, a power of two (default: chosen)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="real compute: torch threads per worker (default 1)")  # fmt: skip
     p.add_argument(
         "--device",
         choices=("cpu", "cuda"),
@@ -43,6 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--quick", action="store_true", help="nodes 1 and 2, 2 timed iterations after 1 warm-up"
+    )
+    p.add_argument(
+        "--timeline",
+        help="directory for each cell's Chrome traces "
+        "(<mode>-P<nodes>.<rank>.json; replayed times are dilated)",
     )
     p.add_argument("-o", "--output", help="write the results as JSON (after every cell)")
     p.add_argument("--plot", help="write a PNG of speed-up against nodes")

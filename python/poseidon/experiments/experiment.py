@@ -23,7 +23,9 @@ from poseidon.experiments.run import (
     MemoryWatch,
     Scaling,
     cell_timeout_ms,
-    choose_scaling,
+    choose_byte_scale,
+    choose_dilation,
+    describe_scaling,
     port_for,
     run_cell,
 )
@@ -48,11 +50,21 @@ class ExperimentRequest:
     batch: int
     iterations: int
     warmup: int
-    scaling: Scaling
+    byte_scale: int
+    dilation: float | None  # None: chosen per node count (replay on emulated nodes only)
     device: str
     threads: int
+    timeline: str | None
     output: str | None
     plot: str | None
+
+    def scaling_for(self, nodes: int) -> Scaling:
+        """The replay's dilation and byte scale for a cell (Note [dilation and byte scale]
+        in run.py); real compute and real links run at their own speed."""
+        if self.profile is None or not self.emulate:
+            return Scaling(1.0, 1)
+        dilation = self.dilation or choose_dilation(nodes, self.bandwidth_bps, self.byte_scale)
+        return Scaling(dilation, self.byte_scale)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExperimentRequest:
@@ -95,22 +107,21 @@ class ExperimentRequest:
             batch = data_batch(read_net_param(prototxt), prototxt)
         if args.batch is not None and args.batch < 1:
             raise ValueError(f"--batch {args.batch} (want >= 1)")
-        scaling = Scaling(1.0, 1)
+        byte_scale = 1
         if profile is not None and args.emulate:
-            scaling = choose_scaling(profile, max(nodes), bandwidth)
-        if args.dilation is not None:
-            if args.dilation <= 0:
-                raise ValueError(f"--dilation {args.dilation} (want > 0)")
-            scaling.dilation = args.dilation
+            byte_scale = choose_byte_scale(profile)
+        if args.dilation is not None and args.dilation <= 0:
+            raise ValueError(f"--dilation {args.dilation} (want > 0)")
         if args.byte_scale is not None:
-            s = args.byte_scale
-            if s < 1 or s & (s - 1):
-                raise ValueError(f"--byte-scale {s} (want a power of two >= 1)")
-            scaling.byte_scale = s
+            byte_scale = args.byte_scale
+            if byte_scale < 1 or byte_scale & (byte_scale - 1):
+                raise ValueError(f"--byte-scale {byte_scale} (want a power of two >= 1)")
         if args.emulate:
             from poseidon.experiments.emulation import check_can_emulate
 
             check_can_emulate()
+        if args.timeline and not os.path.isdir(args.timeline):
+            raise ValueError(f"--timeline {args.timeline}: no such directory")
         for path in (args.output, args.plot):
             directory = os.path.dirname(os.path.abspath(path)) if path else ""
             if path and not os.path.isdir(directory):
@@ -119,8 +130,9 @@ class ExperimentRequest:
             model=label, prototxt=prototxt, profile_path=profile_path, profile=profile,
             nodes=nodes, modes=modes, bandwidth_bps=bandwidth, emulate=args.emulate,
             hosts=hosts, ssh=shlex.split(args.ssh) if args.ssh else None, batch=batch,
-            iterations=iterations, warmup=warmup, scaling=scaling, device=args.device,
-            threads=args.threads, output=args.output, plot=args.plot,
+            iterations=iterations, warmup=warmup, byte_scale=byte_scale,
+            dilation=args.dilation, device=args.device,
+            threads=args.threads, timeline=args.timeline, output=args.output, plot=args.plot,
         )  # fmt: skip
 
 
@@ -180,10 +192,11 @@ def run_experiment(request: ExperimentRequest) -> int:
         "command": "poseidon " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
     }
-    if request.emulate:
-        results.info["dilation"] = request.scaling.dilation
-        results.info["byte_scale"] = request.scaling.byte_scale
-        results.info["scaling"] = request.scaling.describe()
+    dilations = {p: request.scaling_for(p).dilation for p in request.nodes}
+    if request.emulate and request.profile is not None:
+        results.info["byte_scale"] = request.byte_scale
+        results.info["dilation"] = request.dilation or "per node count (each cell's dilation)"
+        results.info["scaling"] = describe_scaling(request.byte_scale, dilations)
     cells = [(mode, p) for p in request.nodes for mode in request.modes]
     started = time.monotonic()
     hosts_context = _hosts_context(request)
@@ -192,7 +205,14 @@ def run_experiment(request: ExperimentRequest) -> int:
             hosts = emulated.addresses if emulated is not None else request.hosts
             ssh = [emulated.ssh_wrapper()] if emulated is not None else request.ssh
             for number, (mode, nodes) in enumerate(cells, 1):
-                job = _cell_job(request)
+                job = _cell_job(request, request.scaling_for(nodes))
+                if emulated is not None:
+                    emulated.set_rate(request.bandwidth_bps / job.scaling.dilation
+                                      / job.scaling.byte_scale)  # fmt: skip
+                if request.timeline:
+                    trace = os.path.join(os.path.abspath(request.timeline),
+                                         f"{mode}-P{nodes}.{{rank}}.json")  # fmt: skip
+                    job.extra_env["POSEIDON_TIMELINE"] = trace
                 if request.profile is not None and request.bandwidth_bps:
                     from poseidon.experiments.emulation import TCP_GOODPUT_TBF
                     from poseidon.experiments.predict import Link
@@ -204,6 +224,8 @@ def run_experiment(request: ExperimentRequest) -> int:
                 label = f"{request.model} {mode} on {nodes} node(s)"
                 _progress(f"[{number}/{len(cells)}] {label} ...")
                 cell = run_cell(job, mode, nodes, hosts, ssh, port_for(number))
+                if request.emulate and request.profile is not None:
+                    cell.extra["dilation"] = job.scaling.dilation
                 results.add(cell)
                 results.info["peak_memory_bytes"] = memory.peak
                 results.info["wall_s"] = round(time.monotonic() - started, 1)
@@ -241,14 +263,14 @@ def _finish(results: Results, request: ExperimentRequest) -> None:
         print(f"figure: {request.plot}")
 
 
-def _cell_job(request: ExperimentRequest) -> CellJob:
+def _cell_job(request: ExperimentRequest, scaling: Scaling) -> CellJob:
     return CellJob(
         prototxt=request.prototxt,
         batch=request.batch,
         iterations=request.iterations,
         warmup=request.warmup,
         profile_path=request.profile_path,
-        scaling=request.scaling,
+        scaling=scaling,
         device=request.device,
         threads=request.threads,
     )
@@ -261,9 +283,7 @@ def _hosts_context(request: ExperimentRequest):  # type: ignore[no-untyped-def]
         return contextlib.nullcontext(None)
     from poseidon.experiments.emulation import EmulatedHosts
 
-    s = request.scaling
-    rate = request.bandwidth_bps / (s.dilation * s.byte_scale)
-    return EmulatedHosts(max(request.nodes), rate, queue_ms=50.0)
+    return EmulatedHosts(max(request.nodes), None, queue_ms=50.0)
 
 
 def _progress(line: str) -> None:

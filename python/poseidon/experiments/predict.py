@@ -3,18 +3,18 @@
 The model is the system as built, one worker and one shard per node (the paper's
 layout), every node alike:
 
-- Compute: the profile's per-layer forward and backward times, in net order. An FC layer
+- Compute: the profile's per-layer forward, backward and update times, in net order (a
+  deferred update runs when its layer's sync is in, before its forward). An FC layer
   synchronised by SFB skips its dW share of backward and, before its next forward,
   rebuilds the gradient from K·P rows at the profile's GEMM rate (SfbTiming.rebuild_s).
 - Bytes: the plan of the C++ cost model (`poseidon._C.make_plan`, the coordinator's own
   function): each layer's scheme and its PS chunks and their shards. A PS chunk crosses a
   node's link when its shard is elsewhere; its sum comes back once every worker pushed it.
 - Links: every node has a full-duplex link of `bandwidth × goodput` bytes/s each way.
-  Every node does the same, so one node's uplink is simulated (its downlink mirrors it)
-  as a fluid queue shared by two streams, the worker's pushes and SFB factors, and the
-  shard's replies, each served in the comm core's priority order (older iteration, lower
-  layer, earlier chunk: Note [send priority]); the two streams split the link evenly when
-  both have data (TCP between their connections).
+  Every node does the same, so one node's uplink is simulated (its downlink mirrors it):
+  frames from the worker's and the shard's send queues, whole frames in priority order,
+  `threads` at a time per queue (poseidon/experiments/uplink.py, Note [two queues, whole
+  frames]).
 - The bulk-synchronous round of a PS layer: its chunks are pushed in turns of P (Note
   [push order]); a turn's sums go back once the turn's pushes are in. A turn of m < P
   chunks reaches only m shards, whose links carry all of it: the turn moves at m/P of the
@@ -32,12 +32,12 @@ next forward), so one backward pass and the forward that follows are one period.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from poseidon.experiments.profile import Profile
+from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink
 
 MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
 FRAME_HEADER_BYTES = 48  # poseidon/include/poseidon/frame.h
@@ -64,95 +64,10 @@ class CellPrediction:
     mode: str
     nodes: int
     iteration_s: float
-    compute_s: float  # forward + backward as the mode runs them (SFB skips dW)
+    compute_s: float  # forward, backward (SFB skips dW) and the solver's updates
     rebuild_s: float  # SFB rebuild GEMMs
     wait_s: float  # the rest: time the device waits for communication
     bytes_per_node: float  # sent by one node per iteration (= received)
-
-
-@dataclass
-class _Transfer:
-    stream: int  # 0: the worker's sends, 1: the shard's replies
-    priority: tuple
-    volume: float  # bytes on this node's uplink
-    cap: float  # bytes/s at most (a turn that reaches few shards)
-    ready: float
-    on_done: Callable[[float], None] | None = None
-    remaining: float = field(init=False)
-    done: float = math.nan
-
-    def __post_init__(self) -> None:
-        self.remaining = self.volume
-
-
-class Uplink:
-    """One node's uplink as a fluid queue: two streams, strict priority within each."""
-
-    def __init__(self, bytes_per_s: float) -> None:
-        self.capacity = bytes_per_s
-        self._pending: list[tuple[float, int, _Transfer]] = []
-        self._count = 0
-
-    def add(self, transfer: _Transfer) -> None:
-        heapq.heappush(self._pending, (transfer.ready, self._count, transfer))
-        self._count += 1
-
-    def run(self) -> None:
-        active: list[_Transfer] = []
-        now = 0.0
-        while self._pending or active:
-            if not active:
-                now = max(now, self._pending[0][0])
-            while self._pending and self._pending[0][0] <= now + 1e-15:
-                active.append(heapq.heappop(self._pending)[2])
-            rates = self._allocate(active)
-            horizon = self._pending[0][0] - now if self._pending else math.inf
-            for transfer, rate in zip(active, rates):
-                if rate > 0:
-                    horizon = min(horizon, transfer.remaining / rate)
-            now += horizon
-            finished = []
-            for transfer, rate in zip(active, rates):
-                transfer.remaining -= rate * horizon
-                if transfer.remaining <= 1e-9 * max(1.0, transfer.volume):
-                    finished.append(transfer)
-            for transfer in finished:
-                active.remove(transfer)
-                transfer.done = now
-                if transfer.on_done is not None:
-                    transfer.on_done(now)
-
-    def _allocate(self, active: Sequence[_Transfer]) -> list[float]:
-        streams: dict[int, list[_Transfer]] = {}
-        for transfer in active:
-            streams.setdefault(transfer.stream, []).append(transfer)
-        demand = {s: sum(t.cap for t in items) for s, items in streams.items()}
-        share = _fair_shares(demand, self.capacity)
-        rate: dict[int, float] = {}
-        for s, items in streams.items():
-            left = share[s]
-            for transfer in sorted(items, key=lambda t: t.priority):
-                rate[id(transfer)] = min(transfer.cap, left)
-                left -= rate[id(transfer)]
-        return [rate[id(t)] for t in active]
-
-
-def _fair_shares(demand: dict[int, float], capacity: float) -> dict[int, float]:
-    """Max-min fair split of `capacity` among streams that want `demand` each."""
-    share = dict.fromkeys(demand, 0.0)
-    left, open_streams = capacity, sorted(demand, key=lambda s: demand[s])
-    while open_streams:
-        equal = left / len(open_streams)
-        s = open_streams[0]
-        if demand[s] <= equal:
-            share[s] = demand[s]
-            left -= demand[s]
-            open_streams.pop(0)
-        else:
-            for s in open_streams:
-                share[s] = equal
-            break
-    return share
 
 
 # ----- the plan of one cell ------------------------------------------------------------------
@@ -224,6 +139,7 @@ def predict_cell(
     link: Link,
     chunk_bytes: int = 1 << 20,
     buckets: Callable[[Profile], list[tuple[list[int], float]]] | None = None,
+    threads: int = 2,
 ) -> CellPrediction:
     """The steady-state iteration of `mode` on `nodes` nodes (see the module docstring).
     `buckets` gives the all-reduce mode's buckets as (layer indices, bytes), default DDP's."""
@@ -258,11 +174,15 @@ def predict_cell(
             i: (backward_s if (s.late or mode == "ps-nooverlap") else backward_end[i])
             for i, s in planned.items()
         }
-        done, sent = _communicate(planned, submit, nodes, link)
+        done, sent = _communicate(planned, submit, nodes, link, chunk_bytes, threads)
         waits_per_layer = mode != "ps-nooverlap"
         start_forward = backward_s if waits_per_layer else max([backward_s, *done.values()])
-    # Forward: each layer waits for its own sync (deferred update) and rebuilds if SFB.
-    now, rebuild = start_forward, 0.0
+    # Updates: a synchronised layer's when its sync is in (deferred, before its forward);
+    # the rest (frozen layers, and every layer without deferral) before the forward starts.
+    deferred = {i for i in planned if waits_per_layer}
+    now = start_forward + sum(x.update_s for i, x in enumerate(layers) if i not in deferred)
+    compute += sum(x.update_s for x in layers)
+    rebuild = 0.0
     for index, layer in enumerate(layers):
         synced = planned.get(index)
         if synced is not None:
@@ -271,51 +191,95 @@ def predict_cell(
             if synced.scheme == "SFB":
                 now += synced.rebuild_s
                 rebuild += synced.rebuild_s
+            if index in deferred:
+                now += layer.update_s
         now += layer.forward_s
         compute += layer.forward_s
     return CellPrediction(mode, nodes, now, compute, rebuild, now - compute - rebuild, sent)
 
 
 def _communicate(
-    planned: dict[int, _SyncedLayer], submit: dict[int, float], nodes: int, link: Link
+    planned: dict[int, _SyncedLayer],
+    submit: dict[int, float],
+    nodes: int,
+    link: Link,
+    chunk_bytes: int,
+    threads: int,
 ) -> tuple[dict[int, float], float]:
     """When each layer's sync completes on one node, and the bytes that node sends."""
     if nodes == 1:  # the only shard is in-process: nothing crosses a link
         return dict(submit), 0.0
-    uplink = Uplink(link.bytes_per_s)
+    uplink = Uplink(link.bytes_per_s, threads)
     done: dict[int, float] = {}
-    remote = (nodes - 1) / nodes  # a node's share of each chunk that is not its own
     sent = 0.0
     for index, layer in planned.items():
         if layer.scheme == "SFB":
-            volume = (nodes - 1) * (layer.factor_bytes + FRAME_HEADER_BYTES)
-            sent += volume
-
-            def finish(t: float, index: int = index) -> None:
-                done[index] = t + link.latency_s
-
-            uplink.add(_Transfer(0, (index, 0), volume, link.bytes_per_s, submit[index], finish))
-            continue
-        turns = [layer.chunk_bytes[k : k + nodes] for k in range(0, len(layer.chunk_bytes), nodes)]
-        left = [len(turns)]
-        for turn_index, turn in enumerate(turns):
-            volume = remote * (sum(turn) + FRAME_HEADER_BYTES * len(turn))
-            cap = link.bytes_per_s * len(turn) / nodes
-            sent += 2 * volume
-
-            def replies(
-                t: float, index=index, turn_index=turn_index, volume=volume, cap=cap, left=left
-            ) -> None:
-                def last(t2: float) -> None:
-                    left[0] -= 1
-                    if left[0] == 0:
-                        done[index] = t2 + link.latency_s
-
-                uplink.add(_Transfer(1, (index, turn_index), volume, cap, t + link.latency_s, last))
-
-            uplink.add(_Transfer(0, (index, turn_index), volume, cap, submit[index], replies))
+            sent += _sfb_frames(uplink, index, layer, submit[index], nodes, link, chunk_bytes,
+                                done)  # fmt: skip
+        else:
+            sent += _ps_frames(uplink, index, layer, submit[index], nodes, link, threads, done)
     uplink.run()
     return done, sent
+
+
+def _sfb_frames(uplink, index, layer, ready, nodes, link, chunk_bytes, done) -> float:  # type: ignore[no-untyped-def]
+    """A worker's factors to each of the P-1 others, cut at the chunk size."""
+    pieces = max(1, math.ceil(layer.factor_bytes / chunk_bytes))
+    size = layer.factor_bytes / pieces + FRAME_HEADER_BYTES
+    left = [(nodes - 1) * pieces]
+
+    def arrived(t: float) -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            done[index] = t + link.latency_s
+
+    for k in range(left[0]):
+        uplink.add(Frame(WORKER, (index, k), size, link.bytes_per_s, ready, arrived))
+    return left[0] * size
+
+
+def _ps_frames(uplink, index, layer, ready, nodes, link, threads, done) -> float:  # type: ignore[no-untyped-def]
+    """A PS layer in turns of P chunks (Note [push order]). Of a turn of m chunks a node
+    pushes the ones it does not own, m·(P−1)/P on average, as that many frames; its shard
+    returns each chunk it owns to the P−1 others once every push is in, m·(P−1)/P frames on
+    average too. A turn of m < P chunks reaches only m shards, whose links carry it all:
+    its frames move at (m/P)·rate in all."""
+    turns = [layer.chunk_bytes[k : k + nodes] for k in range(0, len(layer.chunk_bytes), nodes)]
+    remaining_turns = [len(turns)]
+    sent = 0.0
+    order = 0
+    for turn in turns:
+        m = len(turn)
+        volume = (nodes - 1) / nodes * (sum(turn) + FRAME_HEADER_BYTES * m)
+        count = max(1, round(m * (nodes - 1) / nodes))
+        cap = link.bytes_per_s
+        if m < nodes:
+            cap = link.bytes_per_s * m / nodes / min(threads, count)
+        sent += 2 * volume
+        pushes_left = [count]
+
+        def replies(t: float, first=order, volume=volume, count=count, cap=cap,
+                    pushes_left=pushes_left) -> None:  # fmt: skip
+            pushes_left[0] -= 1
+            if pushes_left[0]:
+                return
+            replies_left = [count]
+
+            def returned(t2: float) -> None:
+                replies_left[0] -= 1
+                if replies_left[0] == 0:
+                    remaining_turns[0] -= 1
+                    if remaining_turns[0] == 0:
+                        done[index] = t2 + link.latency_s
+
+            for k in range(count):
+                uplink.add(Frame(SHARD, (index, first + k), volume / count, cap,
+                                 t + link.latency_s, returned))  # fmt: skip
+
+        for k in range(count):
+            uplink.add(Frame(WORKER, (index, order + k), volume / count, cap, ready, replies))
+        order += count
+    return sent
 
 
 def _allreduce(

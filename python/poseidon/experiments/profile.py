@@ -22,7 +22,7 @@ Schema "poseidon-profile/1" (JSON; times in seconds, rates in FLOP/s):
                     "notes": str},                                (derived profiles)
      "iteration_s": float,                 one whole forward+backward pass
      "layers": [{"name": str, "type": str,         every layer of the TRAIN net, net order
-                 "forward_s": float, "backward_s": float,
+                 "forward_s": float, "backward_s": float, "update_s": float,
                  "flops_forward": float, "flops_backward": float, "bytes": float,
                  "blobs": [int, ...],               learnable blob sizes (floats)
                  "sync": null | {"kind": "FC" | "conv" | "other", "m": int, "n": int,
@@ -30,10 +30,12 @@ Schema "poseidon-profile/1" (JSON; times in seconds, rates in FLOP/s):
                  "sfb": null | {"weight_grad_s": float,          InnerProduct layers only
                                 "gemm_flops_per_s": {"<rows>": float, ...}}}]}
 
-`sfb.weight_grad_s` is the part of backward_s that sufficient-factor broadcasting skips
-(the dW GEMM and the bias sum); `gemm_flops_per_s` is the device's rate for the rebuild
-GEMM dW = dYᵀ·X with the given number of rows (K·P1 for P1 workers), which is how the
-replay and the predictor charge the rebuild.
+`update_s` is the solver's update of the parameters the layer owns (SGD with momentum and
+weight decay, and data -= diff): device time each iteration besides forward and backward,
+0 for a layer without parameters. `sfb.weight_grad_s` is the part of backward_s that
+sufficient-factor broadcasting skips (the dW GEMM and the bias sum); `gemm_flops_per_s` is
+the device's rate for the rebuild GEMM dW = dYᵀ·X with the given number of rows (K·P1 for
+P1 workers), which is how the replay and the predictor charge the rebuild.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ class LayerProfile:
     type: str
     forward_s: float
     backward_s: float
+    update_s: float = 0.0  # the solver's update of the parameters the layer owns
     flops_forward: float = 0.0
     flops_backward: float = 0.0
     bytes: float = 0.0
@@ -254,6 +257,7 @@ def _layer(reader: _Reader, item: Any, index: int) -> LayerProfile:
         type=sub.get(item, "type", str),
         forward_s=sub.seconds(item, "forward_s"),
         backward_s=sub.seconds(item, "backward_s"),
+        update_s=sub.seconds(item, "update_s") if "update_s" in item else 0.0,
         flops_forward=sub.number(item, "flops_forward", 0.0),
         flops_backward=sub.number(item, "flops_backward", 0.0),
         bytes=sub.number(item, "bytes", 0.0),

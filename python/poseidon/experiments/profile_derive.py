@@ -148,20 +148,23 @@ def derive_profile(base: Profile, target: str) -> Profile:
                          f"profile measured at batch {row.profile_batch}")  # fmt: skip
     total_s, mapping = _published_total(base, row, target)
     raw = [_roofline(layer, device) for layer in base.layers]
-    roofline_s = sum(f + b for f, b in raw)
+    updates = [_update_roofline(layer, device) for layer in base.layers]
+    roofline_s = sum(f + b for f, b in raw) + sum(updates)
     if roofline_s <= 0:
         raise ValueError(f"{where}: no FLOPs or bytes to share the time by")
     factor = total_s / roofline_s
     layers = [
-        _derived_layer(layer, forward * factor, backward * factor)
-        for layer, (forward, backward) in zip(base.layers, raw)
+        _derived_layer(layer, forward * factor, backward * factor, update * factor)
+        for layer, (forward, backward), update in zip(base.layers, raw, updates)
     ]
     notes = (
         f"{row.why} {mapping} Shares: max(FLOPs / {device.peak_flops_per_s:.4g} FLOP/s, "
         f"bytes / {device.memory_bytes_per_s:.4g} B/s) per layer over forward+backward, split "
         "between forward and backward by FLOPs (a layer without FLOPs: by the base profile's "
-        f"measured split; a data layer: all forward); every layer x {factor:.4g} so that the "
-        f"total is the published time (the roofline alone says {roofline_s:.4g} s). sfb: the "
+        "measured split; a data layer: all forward); a layer's solver update: "
+        f"{UPDATE_ACCESSES} float accesses per parameter at the memory bandwidth (Caffe's GPU "
+        f"SGD); every time x {factor:.4g} so that the total (updates included) is the "
+        f"published time (the roofline alone says {roofline_s:.4g} s). sfb: the "
         "dW GEMM + bias sum's FLOP share of each InnerProduct's backward, and the one rate "
         "that implies."
     )
@@ -239,9 +242,25 @@ def _roofline(layer: LayerProfile, device: TargetDevice) -> tuple[float, float]:
     return seconds * forward_share, seconds * (1.0 - forward_share)
 
 
-def _derived_layer(base: LayerProfile, forward_s: float, backward_s: float) -> LayerProfile:
+# Float reads and writes per parameter of one SGD step on a GPU, as Caffe runs it: weight
+# decay (an axpy: 3), the fused momentum update (read g and h, write h and g: 4) and
+# Net::Update (an axpy: 3). Memory-bound: bandwidth decides.
+UPDATE_ACCESSES = 10
+
+
+def _update_roofline(layer: LayerProfile, device: TargetDevice) -> float:
+    """Seconds of the solver update of the parameters `layer` owns (measured: update_s > 0
+    in the base profile; a sharer owns none) at the target's memory bandwidth."""
+    if layer.update_s <= 0:
+        return 0.0
+    return UPDATE_ACCESSES * 4.0 * sum(layer.blobs) / device.memory_bytes_per_s
+
+
+def _derived_layer(
+    base: LayerProfile, forward_s: float, backward_s: float, update_s: float
+) -> LayerProfile:
     layer = copy.deepcopy(base)
-    layer.forward_s, layer.backward_s = forward_s, backward_s
+    layer.forward_s, layer.backward_s, layer.update_s = forward_s, backward_s, update_s
     layer.sfb = None
     sync = base.sync
     if base.sfb is not None and sync is not None and base.flops_backward > 0 and backward_s > 0:

@@ -77,11 +77,15 @@ class Samples:
     # InnerProduct layer index -> rows -> times of the rebuild GEMM + bias sum; the
     # smallest rows (P = 1, the layer's real top diff and input) is its weight_grad_s.
     gemm: dict[int, dict[int, list[float]]] = field(default_factory=dict)
+    # Layer index -> times of the solver update of the parameters it owns.
+    update: dict[int, list[float]] = field(default_factory=dict)
 
     def merge(self, other: Samples) -> None:
         for mine, theirs in zip(self.forward + self.backward, other.forward + other.backward):
             mine.extend(theirs)
         self.iteration.extend(other.iteration)
+        for index, times in other.update.items():
+            self.update.setdefault(index, []).extend(times)
         for index, by_rows in other.gemm.items():
             for rows, times in by_rows.items():
                 self.gemm.setdefault(index, {}).setdefault(rows, []).extend(times)
@@ -126,6 +130,37 @@ def _gemm_samples(net: Any, index: int, iterations: int) -> dict[int, list[float
     return samples
 
 
+# The experiment worker's solver (experiments/worker.py): SGD, momentum, L2 weight decay.
+MOMENTUM, WEIGHT_DECAY, LEARNING_RATE = 0.9, 5e-4, 1e-4
+
+
+def _update_op(blobs: list[Any]) -> Callable[[], None]:
+    """SGDSolver.update_param (L2 decay, momentum) and Net.update for these blobs: what a
+    layer's parameters cost the device each iteration besides backward."""
+    import torch
+
+    history = [torch.zeros_like(blob.data_tensor) for blob in blobs]
+
+    def run() -> None:
+        for blob, h in zip(blobs, history):
+            blob.diff_tensor.add_(blob.data_tensor, alpha=WEIGHT_DECAY)
+            h.mul_(MOMENTUM).add_(blob.diff_tensor, alpha=LEARNING_RATE)
+            blob.diff_tensor.copy_(h)
+            blob.data_tensor.sub_(blob.diff_tensor)
+
+    return run
+
+
+def _update_samples(net: Any, iterations: int) -> dict[int, list[float]]:
+    owned = {id(blob) for blob in net.learnable_params}
+    samples = {}
+    for index, layer in enumerate(net.layers):
+        blobs = [blob for blob in layer.blobs if id(blob) in owned]
+        if blobs:
+            samples[index] = _timed(_update_op(blobs), iterations)
+    return samples
+
+
 def sfb_layers(net: Any) -> list[int]:
     """The synchronised InnerProduct layers whose weight learns: those SFB could serve."""
     from caffe.sync_layout import sync_layout
@@ -158,6 +193,7 @@ def collect_samples(
     # Right after a backward pass: every top diff and bottom datum is the one it used.
     for index in sfb_layers(net):
         samples.gemm[index] = _gemm_samples(net, index, iterations)
+    samples.update = _update_samples(net, iterations)  # last: it changes the weights
     return samples
 
 
@@ -188,6 +224,8 @@ def apply_samples(profile: Profile, samples: Samples) -> None:
     for i, layer in enumerate(profile.layers):
         layer.forward_s = statistics.median(samples.forward[i])
         layer.backward_s = statistics.median(samples.backward[i])
+        if i in samples.update:
+            layer.update_s = statistics.median(samples.update[i])
     profile.iteration_s = statistics.median(samples.iteration)
     for index, by_rows in samples.gemm.items():
         layer = profile.layers[index]

@@ -14,8 +14,11 @@ What a ReplayLayer does:
 - its learnable blobs have the real sizes divided by the byte scale s (rounded up), so the
   PS moves 1/s of the bytes over links slowed by s (transfer times are kept); the plan is
   decided on the real shapes (`comm_shape` reports the profile's, not the blobs');
-- backward adds rank-dependent values to its parameter diffs, so that a sync that failed to
-  average would leave the workers' weights different (the experiment compares checksums);
+- backward adds a rank-dependent value to one element of each parameter diff, so that a
+  sync that failed to average would leave the workers' weights different (the experiment
+  compares checksums);
+- the solver (`ReplaySolver`) spends each layer's profiled update time instead of
+  computing the update; the syncer's own `data -= diff` of a deferred update stays real;
 - an InnerProduct synchronised by SFB hands the sink factors of the real row count and
   1/s of the real widths, skips the profiled dW share of its backward (what the real layer
   skips), and charges the rebuild GEMM at the profile's rate for K·P1 rows: the rebuild
@@ -36,6 +39,7 @@ from caffe.insert_splits import insert_splits
 from caffe.layer import Layer, layer_class
 from caffe.net_filter import filter_net
 from caffe.proto import caffe_pb2
+from caffe.solvers.sgd import SGDSolver
 from caffe.sync_layout import CommShape
 from poseidon.experiments.clock import device_clock
 from poseidon.experiments.netspec import data_batch
@@ -93,6 +97,7 @@ def replay_net_param(
             "type": layer.type,
             "forward_s": timing.forward_s,
             "backward_s": timing.backward_s,
+            "update_s": timing.update_s,
             "blobs": [scaled(count, byte_scale) for count in timing.blobs],
             "byte_scale": byte_scale,
         }
@@ -120,6 +125,7 @@ class ReplayLayer(Layer):
         self.replayed_type: str = spec["type"]
         self.forward_s: float = spec["forward_s"]
         self.backward_s: float = spec["backward_s"]
+        self.update_s: float = spec.get("update_s", 0.0)
         self.blob_sizes: list[int] = spec["blobs"]
         self.byte_scale: int = spec["byte_scale"]
         shape = spec.get("shape")
@@ -174,10 +180,12 @@ class ReplayLayer(Layer):
         sink = self.sufficient_factor_sink
         if sink is None:
             device_clock().spend(self.backward_s)
+            # One sentinel per blob: the bytes move whatever they hold, and the sentinels
+            # tell whether the workers' averaged gradients agree.
             gradient = float(solver_rank() + 1)
             for blob, needed in zip(self.blobs, self.param_propagate_down):
-                if needed:
-                    blob.diff_tensor.add_(gradient)
+                if needed and blob.count:
+                    blob.diff_tensor.view(-1)[:1].add_(gradient)
             return
         # SFB: the dW GEMM and bias sum are skipped; the rebuild charges them P1 times over.
         skipped = self.sfb.weight_grad_s if self.sfb is not None else 0.0
@@ -207,5 +215,36 @@ class ReplayLayer(Layer):
         # must end with, and it differs from any one worker's own if the all-gather failed.
         mean = scale * sum(float(buffer[0]) for buffer in factors if buffer.size)
         for blob, needed in zip(self.blobs, self.param_propagate_down):
-            if needed:
-                blob.diff_tensor.add_(mean)
+            if needed and blob.count:
+                blob.diff_tensor.view(-1)[:1].add_(mean)
+
+
+class ReplaySolver(SGDSolver):
+    """SGD whose update spends the profile's time instead of computing it: the replay trains
+    no real kernels. Each learnable parameter is charged its layer's `update_s` in
+    proportion to its size; Net.update (data -= diff, on byte-scaled blobs) stays."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self._update_cost = _update_costs(self.net)
+
+    def update_param(self, param_id: int, rate: float) -> None:
+        device_clock().spend(self._update_cost[param_id])
+
+
+def _update_costs(net) -> list[float]:  # type: ignore[no-untyped-def]
+    """Seconds charged to each learnable parameter: its owner layer's update_s, split by
+    blob size among the parameters that layer owns."""
+    owner = [-1] * len(net.learnable_params)
+    for net_id, (layer_id, _) in enumerate(net._param_layer_indices):
+        if net._param_owners[net_id] < 0:
+            owner[net._learnable_param_ids[net_id]] = layer_id
+    sizes: dict[int, int] = {}
+    for param_id, layer_id in enumerate(owner):
+        sizes[layer_id] = sizes.get(layer_id, 0) + net.learnable_params[param_id].count
+    costs = []
+    for param_id, layer_id in enumerate(owner):
+        layer = net.layers[layer_id]
+        share = net.learnable_params[param_id].count / max(1, sizes[layer_id])
+        costs.append(getattr(layer, "update_s", 0.0) * share)
+    return costs

@@ -27,7 +27,7 @@ from poseidon.experiments.report import Cell
 RESULT_MARK = "RESULT "
 # What this machine's two cores carry comfortably through the emulated links, in bytes per
 # wall second summed over all nodes' uplinks (docs/experiments.md, "Dilation").
-EMULATION_BUDGET_BYTES_PER_S = 48e6
+EMULATION_BUDGET_BYTES_PER_S = 80e6
 # Scaled model size per worker, so that 16 workers' parameters, gradients and solver
 # history fit in a few GB.
 SCALED_MODEL_BYTES = 32 << 20
@@ -45,27 +45,32 @@ class Scaling:
     dilation: float
     byte_scale: int
 
-    def describe(self) -> str:
-        return (
-            f"time dilation {self.dilation:g} (compute and links {self.dilation:g}x slower, "
-            f"times reported undilated), byte scale {self.byte_scale} (tensors, chunks and "
-            f"buckets 1/{self.byte_scale}, links {self.byte_scale}x slower)"
-        )
+
+def describe_scaling(byte_scale: int, dilations: dict[int, float]) -> str:
+    """One line for the output: which byte scale and dilations were used."""
+    used = ", ".join(f"{d:g} at P={p}" for p, d in sorted(dilations.items()))
+    return (f"byte scale {byte_scale} (tensors, chunks and buckets 1/{byte_scale}, links "
+            f"{byte_scale}x slower); time dilation {used} (compute and links that many times "
+            "slower; times reported undilated)")  # fmt: skip
 
 
-def choose_scaling(profile: Profile, max_nodes: int, bandwidth_bps: float) -> Scaling:
-    """The smallest power-of-two byte scale that brings a worker's model to
-    SCALED_MODEL_BYTES, and the smallest dilation (a power of two, at least 1) that keeps
-    every node's link at full rate within EMULATION_BUDGET_BYTES_PER_S in all."""
+def choose_byte_scale(profile: Profile) -> int:
+    """The smallest power of two that brings a worker's model to SCALED_MODEL_BYTES."""
     model_bytes = 4.0 * sum(sum(layer.blobs) for layer in profile.layers)
     scale = 1
     while model_bytes / scale > SCALED_MODEL_BYTES:
         scale *= 2
-    traffic = max_nodes * bandwidth_bps / 8 / scale if max_nodes > 1 else 0.0
+    return scale
+
+
+def choose_dilation(nodes: int, bandwidth_bps: float, byte_scale: int) -> float:
+    """The smallest power of two (at least 1) that keeps the nodes' links, at full rate,
+    within EMULATION_BUDGET_BYTES_PER_S in all."""
+    traffic = nodes * bandwidth_bps / 8 / byte_scale if nodes > 1 else 0.0
     dilation = 1.0
     while traffic / dilation > EMULATION_BUDGET_BYTES_PER_S:
         dilation *= 2
-    return Scaling(dilation, scale)
+    return dilation
 
 
 @dataclass

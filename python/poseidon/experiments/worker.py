@@ -104,10 +104,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from poseidon.experiments.clock import device_clock
 
     prepare_worker()
-    solver = get_solver(
-        solver_parameter(build_net_param(args), args.device),
-        mode="GPU" if args.device == "cuda" else "CPU",
-    )
+    param = solver_parameter(build_net_param(args), args.device)
+    mode = "GPU" if args.device == "cuda" else "CPU"
+    if args.profile:
+        from poseidon.experiments.replay import ReplaySolver
+
+        solver = ReplaySolver(param, mode=mode)
+    else:
+        solver = get_solver(param, mode=mode)
     # A replay's weights are the same placeholders on every worker: no broadcast needed
     # (rank 0's uplink would carry every SFB layer P-1 times, minutes when dilated).
     sync = attach_from_environment(solver, broadcast_weights=not args.profile)

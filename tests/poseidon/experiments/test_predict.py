@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from poseidon.experiments.predict import (
-    FRAME_HEADER_BYTES,
-    Link,
-    Uplink,
-    _Transfer,
-    predict_cell,
-)
+from poseidon.experiments.predict import FRAME_HEADER_BYTES, Link, predict_cell
 from poseidon.experiments.profile import LayerProfile, Profile, SfbTiming, SyncShape
+from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink, water_fill
 
 MB = 1e6
 B = 100e6  # bytes/s of the test link (goodput 1, no latency)
@@ -41,46 +36,74 @@ def relu(name: str, forward_s: float = 0.0, backward_s: float = 0.0) -> LayerPro
 
 
 # ----- the uplink ------------------------------------------------------------------------------
-def transfer(stream: int, priority: int, volume: float, cap: float = B, ready: float = 0.0):
-    return _Transfer(stream, (priority,), volume, cap, ready)
+def frame(queue: int, priority: int, volume: float, cap: float = B, ready: float = 0.0):
+    return Frame(queue, (priority,), volume, cap, ready)
 
 
-def run(*transfers: _Transfer) -> list[float]:
-    uplink = Uplink(B)
-    for t in transfers:
-        uplink.add(t)
+def run(*frames: Frame, threads: int = 2) -> list[float]:
+    uplink = Uplink(B, threads)
+    for f in frames:
+        uplink.add(f)
     uplink.run()
-    return [t.done for t in transfers]
+    return [f.done for f in frames]
 
 
-def test_two_streams_share_the_link_evenly():
-    assert run(transfer(0, 0, MB), transfer(1, 0, MB)) == pytest.approx([0.02, 0.02])
+def test_the_two_queues_share_the_link_evenly():
+    assert run(frame(WORKER, 0, MB), frame(SHARD, 0, MB)) == pytest.approx([0.02, 0.02])
 
 
-def test_one_stream_serves_in_priority_order():
-    low, high = run(transfer(0, 5, MB), transfer(0, 1, MB))
+def test_one_queue_serves_in_priority_order_with_one_thread():
+    low, high = run(frame(WORKER, 5, MB), frame(WORKER, 1, MB), threads=1)
     assert high == pytest.approx(0.01) and low == pytest.approx(0.02)
 
 
-def test_a_capped_transfer_leaves_the_rest_to_the_other_stream():
+def test_two_threads_send_two_frames_at_once():
+    assert run(frame(WORKER, 5, MB), frame(WORKER, 1, MB)) == pytest.approx([0.02, 0.02])
+
+
+def test_a_frame_once_started_goes_out_whole():
+    # The low-priority frame is on the wire when the urgent one is queued: it finishes first.
+    low, urgent = run(frame(WORKER, 5, MB), frame(WORKER, 1, MB, ready=0.005), threads=1)
+    assert low == pytest.approx(0.01) and urgent == pytest.approx(0.02)
+
+
+def test_a_capped_frame_leaves_the_rest_to_the_other_queue():
     # The capped one gets B/4 throughout; the other 3B/4 until it is done, then all of B.
-    capped, free = run(transfer(0, 0, MB, cap=B / 4), transfer(1, 0, 3 * MB))
+    capped, free = run(frame(WORKER, 0, MB, cap=B / 4), frame(SHARD, 0, 3 * MB))
     assert capped == pytest.approx(0.04)
     assert free == pytest.approx(0.04)
 
 
-def test_a_late_transfer_starts_when_ready():
-    (done,) = run(transfer(0, 0, MB, ready=0.5))
+def test_a_late_frame_starts_when_ready():
+    (done,) = run(frame(WORKER, 0, MB, ready=0.5))
     assert done == pytest.approx(0.51)
+
+
+def test_water_fill():
+    assert water_fill([1.0, 5.0, 5.0], 7.0) == pytest.approx([1.0, 3.0, 3.0])
+    assert water_fill([], 7.0) == []
 
 
 # ----- whole iterations -----------------------------------------------------------------------
 def test_one_node_is_pure_compute():
     profile = make_profile([relu("data"), conv("c1", 1000, 0.01, 0.02), relu("r", 0.001, 0.002)])
+    profile.layers[1].update_s = 0.004
     for mode in ("ps-nooverlap", "wfbp", "poseidon", "allreduce"):
         cell = predict_cell(profile, mode, 1, LINK)
-        assert cell.iteration_s == pytest.approx(0.033)
+        assert cell.iteration_s == pytest.approx(0.037)
+        assert cell.compute_s == pytest.approx(0.037)
         assert cell.wait_s == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_deferred_update_waits_for_its_layers_sync():
+    # wfbp: c1's update runs once c1's round is in, right before its forward; ps-nooverlap:
+    # every update after the last round, before the forward starts. Either way it adds.
+    profile = make_profile([relu("data"), conv("c1", 1000, 0.01, 0.05)])
+    profile.layers[1].update_s = 0.003
+    c1_round = 2 * (4000 + FRAME_HEADER_BYTES) / B
+    for mode in ("wfbp", "ps-nooverlap"):
+        cell = predict_cell(profile, mode, 2, LINK)
+        assert cell.iteration_s == pytest.approx(0.05 + c1_round + 0.003 + 0.01)
 
 
 def test_ps_round_without_overlap_is_push_then_reply():
