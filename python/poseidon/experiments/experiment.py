@@ -109,7 +109,7 @@ class ExperimentRequest:
             raise ValueError(f"--batch {args.batch} (want >= 1)")
         byte_scale = 1
         if profile is not None and args.emulate:
-            byte_scale = choose_byte_scale(profile)
+            byte_scale = choose_byte_scale(profile, max(nodes), bandwidth)
         if args.dilation is not None and args.dilation <= 0:
             raise ValueError(f"--dilation {args.dilation} (want > 0)")
         if args.byte_scale is not None:

@@ -95,13 +95,13 @@ class LayerProfile:
     type: str
     forward_s: float
     backward_s: float
-    update_s: float = 0.0  # the solver's update of the parameters the layer owns
     flops_forward: float = 0.0
     flops_backward: float = 0.0
     bytes: float = 0.0
     blobs: list[int] = field(default_factory=list)
     sync: SyncShape | None = None
     sfb: SfbTiming | None = None
+    update_s: float = 0.0  # the solver's update of the parameters the layer owns
 
 
 @dataclass

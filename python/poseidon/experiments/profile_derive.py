@@ -72,25 +72,30 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
     # The paper's own Caffe on one Titan X: the most direct number there is (its unit is
     # inferred from a plotting script, which the notes say).
     ("titanx-maxwell", "vgg19_22k"): PublishedTime(
-        seconds=0.93, batch=32, profile_batch=32,
+        seconds=0.93,
+        batch=32,
+        profile_batch=32,
         source="| Poseidon's Caffe, one Titan X (the paper's setup) | VGG19-22K, batch 32 | "
         "≈ 0.93 s (a plotting script of the paper's figure holds 18.5 per 20 iterations; "
         "the unit is inferred) | public plotting script |",
         software="Poseidon's Caffe (the paper's engine)",
-        why="The paper's own engine and GPU; the seconds unit of its plotting script is "
-        "inferred.",
+        why="The paper's own engine and GPU; the seconds unit of its plotting script is inferred.",
     ),
     # cuDNN 5.1: the library of the paper's time (2016-17); cuDNN 4 took 418 ms (1.9x), so
     # the library matters more than anything else in this row.
     ("titanx-maxwell", "vgg19"): PublishedTime(
-        seconds=0.225, batch=16, profile_batch=32,
+        seconds=0.225,
+        batch=16,
+        profile_batch=32,
         source="| Maxwell GTX Titan X, cuDNN 5.1, Torch | VGG-19, batch 16 | "
         "225 ms (fwd 74, bwd 151) | jcjohnson/cnn-benchmarks README |",
         software=JCJOHNSON,
         why="cuDNN 5.1 on the same GPU model (Torch, not Caffe).",
     ),
     ("titanx-maxwell", "resnet152"): PublishedTime(
-        seconds=0.345, batch=16, profile_batch=32,
+        seconds=0.345,
+        batch=16,
+        profile_batch=32,
         source="| same | ResNet-152, batch 16 | 345 ms (fwd 124, bwd 221) | same |",
         software=JCJOHNSON,
         why="'same' in the source line: Maxwell GTX Titan X, cuDNN 5.1, Torch, "
@@ -98,7 +103,9 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
     ),
     # The paper trains GoogLeNet at batch 128 per GPU.
     ("titanx-maxwell", "googlenet"): PublishedTime(
-        seconds=0.062, batch=16, profile_batch=128,
+        seconds=0.062,
+        batch=16,
+        profile_batch=128,
         source="| same | GoogLeNet (Inception-V1), batch 16 | 62 ms | same |",
         software=JCJOHNSON,
         why="'same' in the source line: Maxwell GTX Titan X, cuDNN 5.1, Torch, "
@@ -108,7 +115,10 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
     # (midpoint of 1.47-1.60), taking a P100 as fast as a Pascal Titan X in fp32 (10.6 vs
     # 11.0 TFLOP/s peak).
     ("titanx-maxwell", "inception_v3"): PublishedTime(
-        seconds=0.250, batch=32, profile_batch=32, scale=1.535,
+        seconds=0.250,
+        batch=32,
+        profile_batch=32,
+        scale=1.535,
         source="| P100, TensorFlow, synthetic data | Inception-V3, batch 32 | "
         "128 img/s (250 ms) | tensorflow performance/benchmarks.md | + "
         "| Pascal Titan X vs Maxwell Titan X | — | 1.47–1.60× faster | same |",
@@ -120,7 +130,8 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
     # cuDNN 5.1) applied to its FLOPs. A net this small keeps a GPU far less busy, so this
     # is a lower bound on its time.
     ("titanx-maxwell", "cifar10_quick"): PublishedTime(
-        profile_batch=100, rate_of="googlenet",
+        profile_batch=100,
+        rate_of="googlenet",
         source="no published time; the rate of | same | GoogLeNet (Inception-V1), batch 16 | "
         "62 ms | same |",
         software=JCJOHNSON,
@@ -128,7 +139,7 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         "(cuDNN 5.1, 62 ms; GoogLeNet's training FLOPs with its two auxiliary classifiers, "
         "from flops.py). A net this small uses a GPU less well: a lower bound.",
     ),
-}  # fmt: skip
+}
 
 
 def derive_profile(base: Profile, target: str) -> Profile:
@@ -140,12 +151,16 @@ def derive_profile(base: Profile, target: str) -> Profile:
     row = PUBLISHED_TIMES.get((target, base.model))
     if row is None:
         known = sorted(model for tag, model in PUBLISHED_TIMES if tag == target)
-        raise ValueError(f"{where}: no published {target} time for model "
-                         f"{base.model!r}; known: {', '.join(known)}")  # fmt: skip
+        raise ValueError(
+            f"{where}: no published {target} time for model "
+            f"{base.model!r}; known: {', '.join(known)}"
+        )
     if base.batch != row.profile_batch:
-        raise ValueError(f"{where} was measured at batch {base.batch}; the published "
-                         f"{base.model} time maps to batch {row.profile_batch}: derive from a "
-                         f"profile measured at batch {row.profile_batch}")  # fmt: skip
+        raise ValueError(
+            f"{where} was measured at batch {base.batch}; the published "
+            f"{base.model} time maps to batch {row.profile_batch}: derive from a "
+            f"profile measured at batch {row.profile_batch}"
+        )
     total_s, mapping = _published_total(base, row, target)
     raw = [_roofline(layer, device) for layer in base.layers]
     updates = [_update_roofline(layer, device) for layer in base.layers]
@@ -154,7 +169,7 @@ def derive_profile(base: Profile, target: str) -> Profile:
         raise ValueError(f"{where}: no FLOPs or bytes to share the time by")
     factor = total_s / roofline_s
     layers = [
-        _derived_layer(layer, forward * factor, backward * factor, update * factor)
+        _derived_layer(layer, forward * factor, backward * factor, update * factor, device, factor)
         for layer, (forward, backward), update in zip(base.layers, raw, updates)
     ]
     notes = (
@@ -164,9 +179,9 @@ def derive_profile(base: Profile, target: str) -> Profile:
         "measured split; a data layer: all forward); a layer's solver update: "
         f"{UPDATE_ACCESSES} float accesses per parameter at the memory bandwidth (Caffe's GPU "
         f"SGD); every time x {factor:.4g} so that the total (updates included) is the "
-        f"published time (the roofline alone says {roofline_s:.4g} s). sfb: the "
-        "dW GEMM + bias sum's FLOP share of each InnerProduct's backward, and the one rate "
-        "that implies."
+        f"published time (the roofline alone says {roofline_s:.4g} s). sfb: the rebuild "
+        "GEMM dW += dY'X (+ bias sum) by the same roofline and factor at K x P rows, P = "
+        f"{', '.join(map(str, REBUILD_WORKERS))}; weight_grad_s is it at K rows."
     )
     return Profile(
         model=base.model,
@@ -207,7 +222,7 @@ def _published_total(base: Profile, row: PublishedTime, target: str) -> tuple[fl
             f"{row.rate_of} at batch {reference.batch} runs {rate:.4g} FLOP/s in "
             f"{reference.seconds * 1e3:g} ms; {flops:.4g} FLOPs per iteration at batch "
             f"{base.batch} at that rate."
-        )  # fmt: skip
+        )
     total = row.seconds * row.scale * row.profile_batch / row.batch
     how = f"Published {row.seconds * 1e3:g} ms at batch {row.batch}"
     if row.scale != 1.0:
@@ -257,17 +272,41 @@ def _update_roofline(layer: LayerProfile, device: TargetDevice) -> float:
 
 
 def _derived_layer(
-    base: LayerProfile, forward_s: float, backward_s: float, update_s: float
+    base: LayerProfile,
+    forward_s: float,
+    backward_s: float,
+    update_s: float,
+    device: TargetDevice,
+    factor: float,
 ) -> LayerProfile:
     layer = copy.deepcopy(base)
     layer.forward_s, layer.backward_s, layer.update_s = forward_s, backward_s, update_s
     layer.sfb = None
     sync = base.sync
-    if base.sfb is not None and sync is not None and base.flops_backward > 0 and backward_s > 0:
-        dw_flops = rebuild_flops(sync.m, sync.n, sync.rows)
-        weight_grad_s = backward_s * min(1.0, dw_flops / base.flops_backward)
-        layer.sfb = SfbTiming(weight_grad_s, {sync.rows: dw_flops / weight_grad_s})
+    if base.sfb is not None and sync is not None and backward_s > 0:
+        # The rebuild GEMM at K·P rows by the same roofline and factor as every layer: at
+        # small K it is memory-bound (it reads and writes the whole dW), at K·P compute-bound.
+        rates = {}
+        for workers in REBUILD_WORKERS:
+            rows = sync.rows * workers
+            seconds = _rebuild_roofline(sync.m, sync.n, rows, device) * factor
+            rates[rows] = rebuild_flops(sync.m, sync.n, rows) / seconds
+        weight_grad_s = min(backward_s, rebuild_flops(sync.m, sync.n, sync.rows) / rates[sync.rows])
+        layer.sfb = SfbTiming(weight_grad_s, rates)
     return layer
+
+
+# Worker counts whose rebuild rate a derived profile states (rows = K × P); beyond the last,
+# the predictor and the replay use the last (the GEMM is compute-bound long before).
+REBUILD_WORKERS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def _rebuild_roofline(outputs: int, inputs: int, rows: int, device: TargetDevice) -> float:
+    """dW += dYᵀ·X and the bias sum at the target's peaks: FLOPs, or bytes (read and
+    write dW, read dY twice and X once, read and write the bias)."""
+    flops = rebuild_flops(outputs, inputs, rows)
+    data = 4.0 * (2 * outputs * inputs + rows * (2 * outputs + inputs) + 2 * outputs)
+    return max(flops / device.peak_flops_per_s, data / device.memory_bytes_per_s)
 
 
 def _version() -> str:

@@ -31,6 +31,9 @@ EMULATION_BUDGET_BYTES_PER_S = 80e6
 # Scaled model size per worker, so that 16 workers' parameters, gradients and solver
 # history fit in a few GB.
 SCALED_MODEL_BYTES = 32 << 20
+# Bytes are shrunk before time is stretched, down to frames of 1/32 of the real ones (a
+# 1 MiB chunk is 32 KiB) — beyond that per-frame costs start to matter.
+PREFERRED_BYTE_SCALE = 32
 DEFAULT_CHUNK_BYTES = 1 << 20
 DDP_BUCKET_CAP_BYTES = 25 << 20
 DDP_FIRST_BUCKET_BYTES = 1 << 20
@@ -54,11 +57,15 @@ def describe_scaling(byte_scale: int, dilations: dict[int, float]) -> str:
             "slower; times reported undilated)")  # fmt: skip
 
 
-def choose_byte_scale(profile: Profile) -> int:
-    """The smallest power of two that brings a worker's model to SCALED_MODEL_BYTES."""
+def choose_byte_scale(profile: Profile, max_nodes: int, bandwidth_bps: float) -> int:
+    """The smallest power of two that brings a worker's model to SCALED_MODEL_BYTES, raised
+    (up to PREFERRED_BYTE_SCALE) while the largest cell would still need dilation: shrinking
+    bytes costs no time, dilating does."""
     model_bytes = 4.0 * sum(sum(layer.blobs) for layer in profile.layers)
     scale = 1
     while model_bytes / scale > SCALED_MODEL_BYTES:
+        scale *= 2
+    while scale < PREFERRED_BYTE_SCALE and choose_dilation(max_nodes, bandwidth_bps, scale) > 1:
         scale *= 2
     return scale
 

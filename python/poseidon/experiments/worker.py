@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-RESULT_PREFIX = "RESULT "
+from poseidon.experiments.run import RESULT_MARK
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -154,7 +154,7 @@ def solver_rank_of(sync: Any) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     result = run(parse_args(argv))
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    print(RESULT_MARK + json.dumps(result), flush=True)
     return 0
 
 

@@ -17,7 +17,9 @@ from poseidon.experiments.profile import (
 )
 from poseidon.experiments.profile_derive import (
     PUBLISHED_TIMES,
+    REBUILD_WORKERS,
     TARGETS,
+    UPDATE_ACCESSES,
     derive_profile,
     reference_flops,
 )
@@ -82,14 +84,31 @@ def test_total_is_the_published_time_and_shares_follow_the_roofline():
     assert derived.batch == 32 and derived.model == "vgg19_22k" and derived.net == base.net
 
 
-def test_sfb_is_the_weight_gradient_share_at_one_consistent_rate():
-    derived = derive_profile(base_profile(), "titanx-maxwell")
+def test_sfb_rebuild_rates_follow_the_same_roofline_and_factor():
+    base = base_profile()
+    derived = derive_profile(base, "titanx-maxwell")
+    factor = 0.93 / sum(roofline(layer) for layer in base.layers)
     fc = derived.layer("fc")
-    assert fc.sfb.weight_grad_s == pytest.approx(fc.backward_s * FC_FORWARD / FC_BACKWARD)
-    assert list(fc.sfb.gemm_flops_per_s) == [ROWS]
-    assert fc.sfb.gemm_flops_per_s[ROWS] == pytest.approx(FC_FORWARD / fc.sfb.weight_grad_s)
-    assert fc.sfb.rebuild_s(M, N, ROWS) == pytest.approx(fc.sfb.weight_grad_s, rel=1e-12)
+    assert sorted(fc.sfb.gemm_flops_per_s) == [ROWS * p for p in REBUILD_WORKERS]
+    for rows, rate in fc.sfb.gemm_flops_per_s.items():
+        flops = rebuild_flops(M, N, rows)
+        data = 4.0 * (2 * M * N + rows * (2 * M + N) + 2 * M)
+        assert flops / rate == pytest.approx(max(flops / PEAK, data / BANDWIDTH) * factor)
+    # The rebuild at K rows is what SFB skips of backward (capped by the backward itself).
+    at_k = fc.sfb.rebuild_s(M, N, ROWS)
+    assert fc.sfb.weight_grad_s == pytest.approx(min(fc.backward_s, at_k), rel=1e-12)
     assert all(layer.sfb is None for layer in derived.layers if layer.name != "fc")
+
+
+def test_a_solver_update_shares_the_total():
+    base = base_profile()
+    base.layers[1].update_s = 0.5  # measured on the base device: the conv owns parameters
+    derived = derive_profile(base, "titanx-maxwell")
+    update = UPDATE_ACCESSES * 4.0 * 10 / BANDWIDTH
+    factor = 0.93 / (sum(roofline(layer) for layer in base.layers) + update)
+    assert derived.layer("conv").update_s == pytest.approx(update * factor)
+    total = derived.forward_s + derived.backward_s + sum(x.update_s for x in derived.layers)
+    assert total == pytest.approx(0.93)
 
 
 def test_provenance():

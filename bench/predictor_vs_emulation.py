@@ -1,0 +1,81 @@
+"""The predictor against emulated runs: for every cell of the given `poseidon experiment
+--emulate -o` results, the prediction for the same profile, mode, node count and bandwidth
+(tc's framing), side by side, with the mean and worst absolute error.
+
+    .venv/bin/python bench/predictor_vs_emulation.py docs/results/*.json [--markdown]
+
+Targets (docs/experiments.md): mean absolute error <= 5%, worst <= 10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from poseidon.experiments.emulation import TCP_GOODPUT_TBF
+from poseidon.experiments.predict import Link, predict_cell
+from poseidon.experiments.profile import load_profile
+from poseidon.experiments.resolve import resolve_profile
+
+
+def compare(paths: list[str]) -> list[tuple]:
+    rows = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if data.get("kind") != "emulated" or not data.get("profile"):
+            continue
+        profile = load_profile(resolve_profile(data["profile"], data["model"]))
+        link = Link(data["bandwidth_bps"], TCP_GOODPUT_TBF)
+        for cell in data["cells"]:
+            predicted = predict_cell(profile, cell["mode"], cell["nodes"], link).iteration_s
+            error = predicted / cell["iteration_s"] - 1
+            rows.append(
+                (
+                    data["model"],
+                    data["bandwidth_bps"],
+                    cell["mode"],
+                    cell["nodes"],
+                    cell["iteration_s"],
+                    predicted,
+                    error,
+                )
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("results", nargs="+", help="JSON files of poseidon experiment -o")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    args = parser.parse_args(argv)
+    rows = compare(args.results)
+    if not rows:
+        print("no emulated cells in the given files", file=sys.stderr)
+        return 1
+    if args.markdown:
+        print("| model | link | mode | P | emulated s | predicted s | error |")
+        print("|---|---|---|---|---|---|---|")
+    for model, bps, mode, p, measured, predicted, error in rows:
+        link = f"{bps / 1e9:g} Gbit/s"
+        if args.markdown:
+            print(
+                f"| {model} | {link} | {mode} | {p} | {measured:.4f} | {predicted:.4f} | "
+                f"{error:+.1%} |"
+            )
+        else:
+            print(
+                f"{model:<14}{link:>12} {mode:<13}{p:>4}{measured:>10.4f}{predicted:>10.4f}"
+                f"{error:>+9.1%}"
+            )
+    errors = [abs(r[-1]) for r in rows]
+    print(
+        f"\n{len(rows)} cells: mean absolute error {sum(errors) / len(errors):.1%} (target <= "
+        f"5%), worst {max(errors):.1%} (target <= 10%)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
