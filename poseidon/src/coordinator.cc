@@ -29,7 +29,7 @@ std::string strip_name(const std::string& reason, const std::string& name) {
 
 Coordinator::Coordinator(const Config& config) : config_(config) {
   config_.validate();
-  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes});
+  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes, config_.notsent_lowat_bytes});
   std::unique_ptr<Listener> listener = transport_->listen(config_.coordinator);
   address_ = listener->address();
   self_ = NodeId{Role::kCoordinator, 0, address_};

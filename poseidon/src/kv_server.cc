@@ -19,7 +19,7 @@ constexpr size_t kBounceFloats = size_t{64} << 10;
 KVServer::KVServer(const Config& config) : config_(config) {
   config_.validate();
   if (config_.role != Role::kServer) throw ConfigError("KVServer needs role=server");
-  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes});
+  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes, config_.notsent_lowat_bytes});
   std::unique_ptr<Listener> listener = transport_->listen(config_.listen);
   address_ = listener->address();
   self_ = NodeId{Role::kServer, config_.rank, address_};
@@ -340,7 +340,13 @@ std::vector<SendJob> KVServer::advance_locked(ChunkRound* slot) {
   if (slot->arrived < plan_.num_workers) return out;
   slot->phase = ChunkRound::Phase::kSending;
   const float* total = lender >= 0 ? slot->in_place : slot->sum.data();
-  for (size_t r = 0; r < slot->reply_to.size(); ++r) {
+  // Note [reply order]: shard s answers workers s+1, s+2, ... (mod P1), not 0, 1, ...:
+  // every shard finishes a turn's sums at about the same time (the pushes are rotated
+  // too: kv_worker.h, Note [push order]), and replies in one order would all head for
+  // worker 0's link first while others idle. Ties in the send queue keep this order.
+  const size_t workers = slot->reply_to.size();
+  for (size_t turn = 0; turn < workers; ++turn) {
+    const size_t r = (static_cast<size_t>(config_.rank) + 1 + turn) % workers;
     if (static_cast<int>(r) == lender) continue;  // it holds the total already
     // Each reply written from the range is a use of it, ended when written.
     if (lender >= 0 && !link_->begin_use(lender)) {

@@ -76,8 +76,6 @@ void resolve(const std::string& address, bool passive, AddrInfo* out) {
   }
 }
 
-constexpr int kNotSentLowatBytes = 256 << 10;
-
 void tune_socket(int fd, const TransportOptions& opt) {
   int one = 1;
   // Frames are written whole; Nagle would only delay the last segment of
@@ -89,8 +87,10 @@ void tune_socket(int fd, const TransportOptions& opt) {
   // chunks, every worker's frames leave in the same order) — without capping
   // the congestion window as a small SO_SNDBUF would. Otherwise autotuning
   // lets megabytes queue per connection, committed in arrival order.
-  int lowat = kNotSentLowatBytes;
-  setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
+  if (opt.notsent_lowat_bytes > 0) {
+    int lowat = static_cast<int>(opt.notsent_lowat_bytes);
+    setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
+  }
 #endif
   if (opt.socket_buffer_bytes > 0) {
     int bytes = static_cast<int>(opt.socket_buffer_bytes);

@@ -20,7 +20,7 @@ std::string strip_name(const std::string& reason, const std::string& name) {
 Worker::Worker(const Config& config) : config_(config) {
   config_.validate();
   if (config_.role != Role::kWorker) throw ConfigError("Worker needs role=worker");
-  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes});
+  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes, config_.notsent_lowat_bytes});
   std::unique_ptr<Listener> listener = transport_->listen(config_.listen);
   self_ = NodeId{Role::kWorker, config_.rank, listener->address()};
   abort_ = std::make_shared<AbortSignal>();

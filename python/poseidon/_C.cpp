@@ -181,6 +181,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("handshake_timeout_ms", &Config::handshake_timeout_ms)
       .def_readwrite("comm_threads", &Config::comm_threads)
       .def_readwrite("socket_buffer_bytes", &Config::socket_buffer_bytes)
+      .def_readwrite("notsent_lowat_bytes", &Config::notsent_lowat_bytes)
       .def_readwrite("scheme", &Config::scheme)
       .def_readwrite("verbose", &Config::verbose)
       .def("validate", &Config::validate);

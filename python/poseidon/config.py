@@ -143,6 +143,14 @@ SETTINGS: tuple[Setting, ...] = (
         "TCP SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning",
     ),
     Setting(
+        "notsent_lowat_bytes",
+        "POSEIDON_NOTSENT_LOWAT_BYTES",
+        "bytes",
+        "256KiB",
+        "TCP_NOTSENT_LOWAT: unsent bytes the kernel may hold per connection, so that the send "
+        "queue's priorities decide what goes next; 0 keeps the kernel's default",
+    ),
+    Setting(
         "scheme",
         "POSEIDON_SCHEME",
         "",
@@ -263,6 +271,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "handshake_timeout_ms": parse_int,
     "comm_threads": parse_int,
     "socket_buffer_bytes": parse_bytes,
+    "notsent_lowat_bytes": parse_bytes,
     "scheme": _choice(SCHEMES),
     "verbose": parse_bool,
     "sync": _choice(SYNC_MODES),
@@ -308,6 +317,7 @@ class Config:
     handshake_timeout_ms: int = 5000
     comm_threads: int = 2
     socket_buffer_bytes: int = 0
+    notsent_lowat_bytes: int = 256 << 10
     scheme: str = "auto"
     verbose: bool = False
     sync: str = "poseidon"
@@ -417,6 +427,7 @@ class Config:
         c.handshake_timeout_ms = self.handshake_timeout_ms
         c.comm_threads = self.comm_threads
         c.socket_buffer_bytes = self.socket_buffer_bytes
+        c.notsent_lowat_bytes = self.notsent_lowat_bytes
         c.scheme = {"ps": _C.SchemeChoice.PS, "sfb": _C.SchemeChoice.SFB}.get(
             self.scheme, _C.SchemeChoice.AUTO
         )

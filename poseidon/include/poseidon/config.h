@@ -32,6 +32,9 @@ inline constexpr int kDefaultHeartbeatIntervalMs = 500;
 inline constexpr int kDefaultHeartbeatTimeoutMs = 5000;
 inline constexpr int kDefaultHandshakeTimeoutMs = 5000;
 inline constexpr int kDefaultCommThreads = 2;
+// Unsent bytes the kernel may hold per TCP connection (TCP_NOTSENT_LOWAT): little, so that
+// the send queue's priorities decide what goes on the wire next (tcp_transport.cc).
+inline constexpr size_t kDefaultNotSentLowatBytes = size_t{256} << 10;
 inline constexpr int kMaxCommThreads = 64;
 inline constexpr int kMaxNodesPerRole = 4096;
 
@@ -71,6 +74,8 @@ struct Config {
   int comm_threads = kDefaultCommThreads;  // sender threads per node
   // SO_SNDBUF/SO_RCVBUF in bytes; 0 keeps the kernel's autotuning.
   size_t socket_buffer_bytes = 0;
+  // TCP_NOTSENT_LOWAT of every connection in bytes; 0 leaves the kernel's default.
+  size_t notsent_lowat_bytes = kDefaultNotSentLowatBytes;
   // Coordinator only: force every layer to one scheme (per-layer forces in
   // LayerSpec take precedence).
   SchemeChoice scheme = SchemeChoice::kAuto;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "poseidon/config.h"
 #include "poseidon/deadline.h"
 #include "poseidon/errors.h"
 
@@ -83,6 +84,7 @@ class Listener {
 
 struct TransportOptions {
   size_t socket_buffer_bytes = 0;  // TCP SO_SNDBUF/SO_RCVBUF; 0 keeps autotuning
+  size_t notsent_lowat_bytes = kDefaultNotSentLowatBytes;  // TCP_NOTSENT_LOWAT; 0: unset
 };
 
 class Transport {

@@ -27,8 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--framing",
         choices=FRAMINGS,
         default="ethernet",
-        help="what the bandwidth counts: ethernet (a real NIC: TCP gets 1448 of "
-        "every 1538 bytes) or tbf (tc's token bucket, as in --emulate: 1448/1514)",
+        help="what the bandwidth counts: ethernet (a real NIC: TCP payload is 0.915 of it, "
+        "headers and ACKs counted) or tbf (tc's token bucket, as in --emulate: 0.936)",
     )
     p.add_argument("--chunk-bytes", type=int, default=1 << 20, help="PS chunk size (bytes)")
     p.add_argument("-o", "--output", help="write the predictions as JSON")

@@ -42,8 +42,9 @@ from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink
 MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
 FRAME_HEADER_BYTES = 48  # poseidon/include/poseidon/frame.h
 # TCP payload per Ethernet frame on the wire (MTU 1500, TCP timestamps; the preamble,
-# inter-frame gap and FCS count): what a real 10 GbE link delivers.
-TCP_GOODPUT_ETHERNET = 1448 / 1538
+# inter-frame gap and FCS count), with its share of the delayed ACKs (a 90-byte frame per
+# two segments) a link loaded both ways carries too: what a real 10 GbE link delivers.
+TCP_GOODPUT_ETHERNET = 1448 / (1538 + 90 / 2)
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,8 @@ def _sfb_frames(uplink, index, layer, ready, nodes, link, chunk_bytes, done) -> 
             done[index] = t + link.latency_s
 
     for k in range(left[0]):
-        uplink.add(Frame(WORKER, (index, k), size, link.bytes_per_s, ready, arrived))
+        uplink.add(Frame(WORKER, (index, k), size, link.bytes_per_s, ready, k % (nodes - 1),
+                         arrived))  # fmt: skip
     return left[0] * size
 
 
@@ -248,7 +250,7 @@ def _ps_frames(uplink, index, layer, ready, nodes, link, threads, done) -> float
     remaining_turns = [len(turns)]
     sent = 0.0
     order = 0
-    for turn in turns:
+    for turn_number, turn in enumerate(turns):
         m = len(turn)
         volume = (nodes - 1) / nodes * (sum(turn) + FRAME_HEADER_BYTES * m)
         count = max(1, round(m * (nodes - 1) / nodes))
@@ -272,12 +274,14 @@ def _ps_frames(uplink, index, layer, ready, nodes, link, threads, done) -> float
                     if remaining_turns[0] == 0:
                         done[index] = t2 + link.latency_s
 
-            for k in range(count):
+            for k in range(count):  # one chunk's sum to each of the others in turn
                 uplink.add(Frame(SHARD, (index, first + k), volume / count, cap,
-                                 t + link.latency_s, returned))  # fmt: skip
+                                 t + link.latency_s, k % (nodes - 1), returned))  # fmt: skip
 
-        for k in range(count):
-            uplink.add(Frame(WORKER, (index, order + k), volume / count, cap, ready, replies))
+        for k in range(count):  # each turn starts one shard further (Note [push order])
+            peer = (turn_number + k) % (nodes - 1)
+            uplink.add(Frame(WORKER, (index, order + k), volume / count, cap, ready, peer,
+                             replies))  # fmt: skip
         order += count
     return sent
 

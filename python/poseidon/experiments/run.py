@@ -31,10 +31,14 @@ EMULATION_BUDGET_BYTES_PER_S = 80e6
 # Scaled model size per worker, so that 16 workers' parameters, gradients and solver
 # history fit in a few GB.
 SCALED_MODEL_BYTES = 32 << 20
+# The replay's own CPU work (the syncer's data -= diff on byte-scaled blobs, Python per
+# layer) is real time; dilating by at least this keeps it under ~1% of an iteration.
+MIN_DILATION = 4.0
 # Bytes are shrunk before time is stretched, down to frames of 1/32 of the real ones (a
 # 1 MiB chunk is 32 KiB) — beyond that per-frame costs start to matter.
 PREFERRED_BYTE_SCALE = 32
 DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_NOTSENT_LOWAT_BYTES = 256 << 10
 DDP_BUCKET_CAP_BYTES = 25 << 20
 DDP_FIRST_BUCKET_BYTES = 1 << 20
 
@@ -65,16 +69,17 @@ def choose_byte_scale(profile: Profile, max_nodes: int, bandwidth_bps: float) ->
     scale = 1
     while model_bytes / scale > SCALED_MODEL_BYTES:
         scale *= 2
-    while scale < PREFERRED_BYTE_SCALE and choose_dilation(max_nodes, bandwidth_bps, scale) > 1:
+    while (scale < PREFERRED_BYTE_SCALE
+           and choose_dilation(max_nodes, bandwidth_bps, scale) > MIN_DILATION):  # fmt: skip
         scale *= 2
     return scale
 
 
 def choose_dilation(nodes: int, bandwidth_bps: float, byte_scale: int) -> float:
-    """The smallest power of two (at least 1) that keeps the nodes' links, at full rate,
-    within EMULATION_BUDGET_BYTES_PER_S in all."""
+    """The smallest power of two, at least MIN_DILATION, that keeps the nodes' links, at
+    full rate, within EMULATION_BUDGET_BYTES_PER_S in all."""
     traffic = nodes * bandwidth_bps / 8 / byte_scale if nodes > 1 else 0.0
-    dilation = 1.0
+    dilation = MIN_DILATION
     while traffic / dilation > EMULATION_BUDGET_BYTES_PER_S:
         dilation *= 2
     return dilation
@@ -111,6 +116,7 @@ class CellJob:
             "GLOG_minloglevel": "1",
             "OMP_NUM_THREADS": "1",
             "POSEIDON_CHUNK_BYTES": str(max(4, DEFAULT_CHUNK_BYTES // s // 4 * 4)),
+            "POSEIDON_NOTSENT_LOWAT_BYTES": str(max(1, DEFAULT_NOTSENT_LOWAT_BYTES // s)),
             "POSEIDON_BUCKET_CAP_BYTES": str(max(4, DDP_BUCKET_CAP_BYTES // s)),
             "POSEIDON_FIRST_BUCKET_BYTES": str(max(4, DDP_FIRST_BUCKET_BYTES // s)),
         }

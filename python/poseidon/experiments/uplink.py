@@ -5,8 +5,10 @@ SFB factors) and its shard's (the sums it returns). Each is the comm core's Send
 priority queue of frames (older iteration, lower layer, earlier chunk first) served by
 `threads` sender threads, a frame going out whole once a thread has taken it
 (TCP_NOTSENT_LOWAT keeps the socket from holding more than the frame being written, so
-priorities act at frame boundaries: send_queue.h, Note [send priority]). The frames in
-flight share the link as TCP connections do: the two queues evenly while both send, the
+priorities act at frame boundaries: send_queue.h, Note [send priority]), and a thread
+takes the first frame whose peer no other thread of its queue is writing to — so when the
+most urgent frames all go to a busy peer, a less urgent one to another peer goes first. The
+frames in flight share the link as TCP connections do: the two queues evenly while both send, the
 frames of one queue evenly among themselves; a frame may also be capped (it reaches a
 shard whose own link is shared by many senders). Rates are recomputed whenever a frame
 starts or ends; between those events every frame moves at a constant rate.
@@ -29,6 +31,7 @@ class Frame:
     volume: float  # bytes on this node's uplink
     cap: float  # bytes/s at most
     ready: float  # when it is queued
+    peer: int = 0  # whom it goes to: one frame per peer and queue at a time
     on_done: Callable[[float], None] | None = None
     remaining: float = field(init=False)
     done: float = math.nan
@@ -69,8 +72,7 @@ class Uplink:
                 _, count, frame = heapq.heappop(self._future)
                 heapq.heappush(queued[frame.queue], (frame.priority, count, frame))
             for q in (WORKER, SHARD):
-                while queued[q] and len(sending[q]) < self.threads:
-                    sending[q].append(heapq.heappop(queued[q])[2])
+                self._take(queued[q], sending[q])
             active = sending[WORKER] + sending[SHARD]
             if not active:
                 now = self._future[0][0]
@@ -89,6 +91,20 @@ class Uplink:
                         frame.done = now
                         if frame.on_done is not None:
                             frame.on_done(now)
+
+    def _take(self, queued: list, sending: list[Frame]) -> None:
+        """Free threads take the most urgent frames to peers nobody is writing to."""
+        skipped = []
+        busy = {f.peer for f in sending}
+        while queued and len(sending) < self.threads:
+            entry = heapq.heappop(queued)
+            if entry[2].peer in busy:
+                skipped.append(entry)
+                continue
+            sending.append(entry[2])
+            busy.add(entry[2].peer)
+        for entry in skipped:
+            heapq.heappush(queued, entry)
 
     def _rates(self, sending: dict[int, list[Frame]]) -> dict[int, float]:
         queues = [q for q in (WORKER, SHARD) if sending[q]]

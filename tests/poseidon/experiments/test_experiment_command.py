@@ -82,9 +82,10 @@ def test_where_to_run(capsys, tmp_path):
     line = refused(capsys, "experiment", "--model", "cifar10_quick", "--profile", PROFILE)
     assert "--emulate" in line and "--hostfile" in line
     line = refused(
-        capsys, "experiment", "--model", "cifar10_quick", "--emulate", "--bandwidth", "1gbit"
-    )
-    assert "give --profile" in line
+        capsys, "experiment", "--model", "cifar10_quick", "--emulate", "--bandwidth", "1gbit",
+        "--dilation", "2",
+    )  # fmt: skip
+    assert "--dilation and --byte-scale apply to replayed compute" in line
     line = refused(
         capsys, "experiment", "--model", "cifar10_quick", "--emulate", "--profile", PROFILE
     )

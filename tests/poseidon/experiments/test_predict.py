@@ -57,8 +57,13 @@ def test_one_queue_serves_in_priority_order_with_one_thread():
     assert high == pytest.approx(0.01) and low == pytest.approx(0.02)
 
 
-def test_two_threads_send_two_frames_at_once():
-    assert run(frame(WORKER, 5, MB), frame(WORKER, 1, MB)) == pytest.approx([0.02, 0.02])
+def test_two_threads_send_two_frames_at_once_to_different_peers():
+    two_peers = [frame(WORKER, 5, MB), frame(WORKER, 1, MB)]
+    two_peers[1].peer = 1
+    assert run(*two_peers) == pytest.approx([0.02, 0.02])
+    # One peer: one frame at a time, the urgent one first.
+    low, high = run(frame(WORKER, 5, MB), frame(WORKER, 1, MB))
+    assert high == pytest.approx(0.01) and low == pytest.approx(0.02)
 
 
 def test_a_frame_once_started_goes_out_whole():
