@@ -22,6 +22,7 @@ def test_defaults_match_the_cpp_constants() -> None:
     assert c.heartbeat_timeout_ms == _C.DEFAULT_HEARTBEAT_TIMEOUT_MS
     assert c.handshake_timeout_ms == _C.DEFAULT_HANDSHAKE_TIMEOUT_MS
     assert c.comm_threads == _C.DEFAULT_COMM_THREADS
+    assert c.notsent_lowat_bytes == _C.Config().notsent_lowat_bytes
 
 
 def test_every_variable_is_read() -> None:
@@ -43,6 +44,7 @@ def test_every_variable_is_read() -> None:
         "POSEIDON_HANDSHAKE_TIMEOUT_MS": "700",
         "POSEIDON_COMM_THREADS": "3",
         "POSEIDON_SOCKET_BUFFER_BYTES": "4MB",
+        "POSEIDON_NOTSENT_LOWAT_BYTES": "8KiB",
         "POSEIDON_SCHEME": "SFB",
         "POSEIDON_VERBOSE": "yes",
     }
@@ -66,6 +68,7 @@ def test_every_variable_is_read() -> None:
         handshake_timeout_ms=700,
         comm_threads=3,
         socket_buffer_bytes=4 << 20,
+        notsent_lowat_bytes=8 << 10,
         scheme="sfb",
         verbose=True,
     )
@@ -74,6 +77,13 @@ def test_every_variable_is_read() -> None:
     assert native.scheme == _C.SchemeChoice.SFB
     assert native.chunk_bytes == 512 << 10
     assert native.listen == "10.0.0.5:7100"
+    assert native.notsent_lowat_bytes == 8 << 10
+
+
+def test_all_reduce_bucket_sizes() -> None:
+    c = Config.from_env({"POSEIDON_BUCKET_CAP_BYTES": "4MiB", "POSEIDON_FIRST_BUCKET_BYTES": "64k"})
+    assert (c.bucket_cap_bytes, c.first_bucket_bytes) == (4 << 20, 64 << 10)
+    assert Config().bucket_cap_bytes == 25 << 20  # DDP's bucket_cap_mb
 
 
 @pytest.mark.parametrize(

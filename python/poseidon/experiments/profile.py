@@ -25,6 +25,7 @@ Schema "poseidon-profile/1" (JSON; times in seconds, rates in FLOP/s):
                  "forward_s": float, "backward_s": float, "update_s": float,
                  "flops_forward": float, "flops_backward": float, "bytes": float,
                  "blobs": [int, ...],               learnable blob sizes (floats)
+                 "lr_mults": [float, ...],          each blob's lr_mult once set up
                  "sync": null | {"kind": "FC" | "conv" | "other", "m": int, "n": int,
                                  "rows": int, "floats": int, "late": bool, "start": int},
                  "sfb": null | {"weight_grad_s": float,          InnerProduct layers only
@@ -102,6 +103,9 @@ class LayerProfile:
     sync: SyncShape | None = None
     sfb: SfbTiming | None = None
     update_s: float = 0.0  # the solver's update of the parameters the layer owns
+    # Each blob's effective lr_mult once the layer is set up (BatchNorm pins its statistics
+    # to 0 whatever the prototxt says): the replay declares the same.
+    lr_mults: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -258,6 +262,7 @@ def _layer(reader: _Reader, item: Any, index: int) -> LayerProfile:
         forward_s=sub.seconds(item, "forward_s"),
         backward_s=sub.seconds(item, "backward_s"),
         update_s=sub.seconds(item, "update_s") if "update_s" in item else 0.0,
+        lr_mults=_lr_mults(sub, item, len(blobs)),
         flops_forward=sub.number(item, "flops_forward", 0.0),
         flops_backward=sub.number(item, "flops_backward", 0.0),
         bytes=sub.number(item, "bytes", 0.0),
@@ -265,6 +270,17 @@ def _layer(reader: _Reader, item: Any, index: int) -> LayerProfile:
         sync=sync,
         sfb=sfb,
     )
+
+
+def _lr_mults(reader: _Reader, item: dict, blobs: int) -> list[float]:
+    values = item.get("lr_mults", [])
+    if not isinstance(values, list) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in values
+    ):
+        raise ProfileError(f"{reader.where}: 'lr_mults' wants a list of numbers")
+    if values and len(values) != blobs:
+        raise ProfileError(f"{reader.where}: {len(values)} lr_mults for {blobs} blobs")
+    return [float(v) for v in values]
 
 
 class _Reader:

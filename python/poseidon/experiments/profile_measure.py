@@ -203,6 +203,10 @@ def describe_layers(net: Any) -> list[LayerProfile]:
     from caffe.sync_layout import sync_layout
 
     synced = {s.index: s for s in sync_layout(net)}
+    lr_mults: dict[int, list[float]] = {}
+    for net_id, (layer_id, _) in enumerate(net._param_layer_indices):
+        learnable = net._learnable_param_ids[net_id]
+        lr_mults.setdefault(layer_id, []).append(float(net.params_lr[learnable]))
     layers = []
     for i, layer in enumerate(net.layers):
         cost = layer_cost(net, i)
@@ -215,6 +219,7 @@ def describe_layers(net: Any) -> list[LayerProfile]:
             name=net._layer_names[i], type=layer.type, forward_s=0.0, backward_s=0.0,
             flops_forward=cost.flops_forward, flops_backward=cost.flops_backward,
             bytes=cost.bytes, blobs=[int(b.count) for b in layer.blobs], sync=sync,
+            lr_mults=lr_mults.get(i, []),
         ))  # fmt: skip
     return layers
 

@@ -59,6 +59,15 @@ def train_net(net_param: caffe_pb2.NetParameter) -> caffe_pb2.NetParameter:
     return insert_splits(filter_net(param, state))
 
 
+def _declare_lr_mults(layer: caffe_pb2.LayerParameter, lr_mults: list[float]) -> None:
+    """Each blob's effective lr_mult, explicit: a layer type that pins its own at setup (a
+    BatchNorm's statistics) is a ReplayLayer here and pins nothing."""
+    while len(layer.param) < len(lr_mults):
+        layer.param.add()
+    for spec, lr_mult in zip(layer.param, lr_mults):
+        spec.lr_mult = lr_mult
+
+
 def scaled(count: int, byte_scale: int) -> int:
     return math.ceil(count / byte_scale) if count else 0
 
@@ -89,6 +98,7 @@ def replay_net_param(
         replay.bottom.extend(layer.bottom)
         replay.top.extend(layer.top)
         replay.param.extend(layer.param)
+        _declare_lr_mults(replay, timing.lr_mults)
         replay.loss_weight.extend(layer.loss_weight)
         replay.propagate_down.extend(layer.propagate_down)
         if layer.HasField("phase"):

@@ -86,12 +86,12 @@ def test_quick_run_and_replay_agree_with_the_prediction(tmp_path):
     assert elapsed < 180, f"--quick took {elapsed:.0f} s"
     assert "speed-up over 1 node" in done.stdout and figure.stat().st_size > 0
     data = json.loads(out.read_text())
-    assert data["kind"] == "emulated" and data["bandwidth_bps"] == 100e6
+    assert data["kind"] == "emulated" and data["bandwidth_bps"] == 300e6
     assert data["dilation"] == 2 and data["byte_scale"] == 1
     cells = {(c["mode"], c["nodes"]): c for c in data["cells"]}
     assert set(cells) == {(m, p) for m in MODES for p in (1, 2)}
     profile = load_profile(resolve_profile("cifar10_quick.cpu", "cifar10_quick"))
-    link = Link(100e6, TCP_GOODPUT_TBF)
+    link = Link(300e6, TCP_GOODPUT_TBF)
     for mode in MODES:
         for nodes in (1, 2):
             measured = cells[(mode, nodes)]["iteration_s"]

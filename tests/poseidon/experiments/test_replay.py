@@ -119,3 +119,19 @@ def test_a_profile_of_another_net_is_refused(profile):
         r"batch 4",
     ):
         replay_net(profile)
+
+
+def test_layers_that_pin_their_own_lr_mult_stay_frozen_in_the_replay(tmp_path):
+    # BatchNorm pins its statistics' lr_mult to 0 at setup, whatever the prototxt says; the
+    # replay's layers pin nothing, so the profile's lr_mults must carry it.
+    text = SMALL.replace(
+        'layer { name: "relu1"',
+        'layer { name: "bn1" type: "BatchNorm" bottom: "conv1" top: "conv1" }\n'
+        'layer { name: "relu1"',
+    )
+    real = build(tmp_path, text)
+    profile = skeleton(real, str(tmp_path / "net.prototxt"), "cpu")
+    assert profile.layer("bn1").lr_mults == [0.0, 0.0, 0.0]
+    replay = replay_net(profile, text=text)
+    assert [s.index for s in sync_layout(replay)] == [s.index for s in sync_layout(real)]
+    assert replay.params_lr == real.params_lr
