@@ -126,6 +126,7 @@ class PoseidonSync:
         timeline: Timeline | None = None,
         force_scheme: str = "auto",
         broadcast_weights: bool = True,
+        layer_schemes: dict[str, str] | None = None,
     ) -> None:
         if mode not in SYNC_MODES:
             raise ValueError(f"sync mode {mode!r}: want one of {', '.join(SYNC_MODES)}")
@@ -154,7 +155,7 @@ class PoseidonSync:
         self.syncers = self._make_syncers()
         self.by_index = {s.index: s for s in self.syncers}
         self._synced_params = {p for s in self.syncers for p in s.param_ids}
-        self.plan = self._agree_on_plan(force_scheme)
+        self.plan = self._agree_on_plan(force_scheme, layer_schemes or {})
         self._register()
         self._attach()
 
@@ -167,10 +168,18 @@ class PoseidonSync:
         return layer_spec(s.index, s.name, shape.kind, shape.m, shape.n,
                           shape.rows * self.iter_size, s.end - s.start, force)  # fmt: skip
 
-    def _agree_on_plan(self, force_scheme: str) -> _C.Plan:
+    def _agree_on_plan(self, force_scheme: str, layer_schemes: dict[str, str]) -> _C.Plan:
+        unknown = sorted(set(layer_schemes) - {s.name for s in self.syncers})
+        if unknown:
+            raise CaffeError(
+                f"POSEIDON_LAYER_SCHEMES names {', '.join(unknown)}: not a synchronised layer "
+                f"of net {self.net.name!r} (those are {', '.join(s.name for s in self.syncers)})"
+            )
         if self.mode != "poseidon":
-            force_scheme = "ps"  # WFBP and the baseline move every layer through the PS
-        specs = [self._layer_spec(s, force_scheme) for s in self.syncers]
+            # WFBP and the baseline move every layer through the PS.
+            force_scheme, layer_schemes = "ps", {}
+        specs = [self._layer_spec(s, layer_schemes.get(s.name, force_scheme))
+                 for s in self.syncers]  # fmt: skip
         plan = self.worker.plan(specs)
         for layer_plan in plan.layers:
             syncer = self.by_index[layer_plan.layer_id]
@@ -501,7 +510,7 @@ def attach_from_environment(solver, broadcast_weights: bool = True) -> PoseidonS
         if config.timeline:
             timeline = Timeline(config.timeline, config.rank, config.num_workers)
         sync = PoseidonSync(solver, worker, config.sync, timeline, config.scheme,
-                            broadcast_weights)  # fmt: skip
+                            broadcast_weights, config.layer_schemes)  # fmt: skip
     except BaseException:
         if shard is not None:
             shard.stop("worker failed to join the job")

@@ -157,6 +157,14 @@ SETTINGS: tuple[Setting, ...] = (
         "auto",
         "coordinator: auto (BestScheme per layer), ps or sfb for every layer",
     ),
+    Setting(
+        "layer_schemes",
+        "POSEIDON_LAYER_SCHEMES",
+        "",
+        "(none)",
+        "worker, sync=poseidon: per-layer choices over BestScheme's, e.g. fc7=ps,fc8=ps "
+        "(`poseidon predict --modes poseidon-tuned` says which pay off)",
+    ),
     Setting("verbose", "POSEIDON_VERBOSE", "", "0", "1: log connections and the plan on stderr"),
     Setting(
         "sync",
@@ -243,6 +251,23 @@ def parse_bool(text: str, name: str = "value") -> bool:
     raise SettingError(f"{name}={text!r} is not a boolean (1/0, true/false)")
 
 
+def parse_layer_schemes(text: str, name: str = "value") -> dict[str, str]:
+    """'fc7=ps, fc8=sfb' -> {'fc7': 'ps', 'fc8': 'sfb'}; '' -> {}."""
+    out: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        layer, _, scheme = item.partition("=")
+        scheme = scheme.strip().lower()
+        if not layer.strip() or scheme not in SCHEMES:
+            raise SettingError(
+                f"{name}={text!r}: want layer=scheme pairs separated by commas, scheme one of "
+                f"{', '.join(SCHEMES)} (e.g. fc7=ps,fc8=ps)"
+            )
+        out[layer.strip()] = scheme
+    return out
+
+
 def _choice(options: tuple[str, ...]) -> Callable[[str, str], str]:
     def parse(text: str, name: str) -> str:
         value = text.strip().lower()
@@ -273,6 +298,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "socket_buffer_bytes": parse_bytes,
     "notsent_lowat_bytes": parse_bytes,
     "scheme": _choice(SCHEMES),
+    "layer_schemes": parse_layer_schemes,
     "verbose": parse_bool,
     "sync": _choice(SYNC_MODES),
     "bucket_cap_bytes": parse_bytes,
@@ -319,6 +345,7 @@ class Config:
     socket_buffer_bytes: int = 0
     notsent_lowat_bytes: int = 256 << 10
     scheme: str = "auto"
+    layer_schemes: dict[str, str] = dataclasses.field(default_factory=dict)
     verbose: bool = False
     sync: str = "poseidon"
     bucket_cap_bytes: int = 25 << 20

@@ -60,16 +60,28 @@ def layer_spec(layer_id: int, name: str, kind: str, m: int, n: int, rows: int,
     return _C.LayerSpec(layer_id, name, native_kind, m, n, rows, num_floats, choice)
 
 
-def plan_rows(layers: Sequence[LayerShape], workers: int, servers: int) -> list[PlanRow]:
-    """BestScheme and both costs for each layer, with P1 workers and P2 shards."""
+def plan_rows(
+    layers: Sequence[LayerShape],
+    workers: int,
+    servers: int,
+    layer_schemes: dict[str, str] | None = None,
+) -> list[PlanRow]:
+    """BestScheme and both costs for each layer, with P1 workers and P2 shards; an FC layer
+    named in `layer_schemes` takes that scheme instead (POSEIDON_LAYER_SCHEMES)."""
     from poseidon import _C
 
+    forced = layer_schemes or {}
+    unknown = sorted(set(forced) - {layer.name for layer in layers})
+    if unknown:
+        raise ValueError(f"layer schemes name {', '.join(unknown)}: no such learnable layer")
     rows = []
     for layer in layers:
         cost = _C.comm_cost(layer.m, layer.n, layer.k, workers, servers)
         scheme = _C.best_scheme(
             _native_kind(layer.kind), layer.m, layer.n, layer.k, workers, servers
         )
+        if layer.kind == "FC" and forced.get(layer.name, "auto") != "auto":
+            scheme = _C.Scheme.SFB if forced[layer.name] == "sfb" else _C.Scheme.PS
         rows.append(
             PlanRow(
                 layer=layer,

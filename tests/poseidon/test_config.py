@@ -165,3 +165,11 @@ def test_docs_table_lists_every_setting() -> None:
     for s in SETTINGS:
         assert f"`{s.env}`" in text, f"{s.env} missing from {DOCS.name}"
     assert "`POSEIDON_TOKEN_FILE`" in text
+
+
+def test_layer_schemes() -> None:
+    c = Config.from_env({"POSEIDON_LAYER_SCHEMES": " fc7=ps, fc8=SFB ,"})
+    assert c.layer_schemes == {"fc7": "ps", "fc8": "sfb"}
+    assert Config().layer_schemes == {}
+    with pytest.raises(SettingError, match="POSEIDON_LAYER_SCHEMES='fc7=fast'"):
+        Config.from_env({"POSEIDON_LAYER_SCHEMES": "fc7=fast"})

@@ -15,10 +15,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, required=True, help="P1, number of workers")
     p.add_argument("--servers", type=int, help="P2, number of shards (default: P1)")
     p.add_argument("--batch", type=int, help="K, samples per worker (default: the net's batch)")
+    p.add_argument(
+        "--layer-schemes",
+        default="",
+        help="per-layer choices over BestScheme's, e.g. fc7=ps,fc8=ps (POSEIDON_LAYER_SCHEMES)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from poseidon.commands._common import fail
+    from poseidon.config import SettingError, parse_layer_schemes
     from poseidon.plan import format_plan, layers_from_prototxt, plan_rows
 
     servers = args.servers or args.workers
@@ -27,8 +33,16 @@ def run(args: argparse.Namespace) -> int:
     if args.batch is not None and args.batch < 1:
         return fail("plan", "--batch must be >= 1")
     try:
+        forced = parse_layer_schemes(args.layer_schemes, "--layer-schemes")
+    except SettingError as e:
+        return fail("plan", e)
+    try:
         layers = layers_from_prototxt(args.model, args.batch)
     except (OSError, ValueError, RuntimeError) as e:
         return fail("plan", f"cannot load {args.model}: {e}")
-    print(format_plan(plan_rows(layers, args.workers, servers), args.workers, servers))
+    try:
+        rows = plan_rows(layers, args.workers, servers, forced)
+    except ValueError as e:
+        return fail("plan", e)
+    print(format_plan(rows, args.workers, servers))
     return 0

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 
 HELP = "predict iteration time and speed-up per mode and node count from a compute profile"
-MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
+MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce", "poseidon-tuned")
+DEFAULT_MODES = "ps-nooverlap,wfbp,poseidon,allreduce"
 FRAMINGS = ("ethernet", "tbf")
 
 
@@ -22,7 +23,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--nodes", default="1,2,4,8,16,32", help="node counts, e.g. 1,2,4,8,16,32")
     p.add_argument("--bandwidth", required=True, help="link speed per node, e.g. 10gbit, 25GbE")
-    p.add_argument("--modes", default=",".join(MODES), help="sync modes, comma-separated")
+    p.add_argument(
+        "--modes",
+        default=DEFAULT_MODES,
+        help="sync modes, comma-separated; poseidon-tuned: Poseidon with per-layer "
+        "schemes chosen by predicted time (prints the POSEIDON_LAYER_SCHEMES)",
+    )
     p.add_argument(
         "--framing",
         choices=FRAMINGS,
@@ -42,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Link, predict
     from poseidon.experiments.report import Cell, Results, plot
     from poseidon.experiments.resolve import resolve_model, resolve_profile
+    from poseidon.experiments.tune import format_layer_schemes
     from poseidon.experiments.units import parse_bandwidth, parse_list, parse_nodes
 
     try:
@@ -66,10 +73,16 @@ def run(args: argparse.Namespace) -> int:
             "wait_s": prediction.wait_s,
             "bytes_per_node": prediction.bytes_per_node,
         }
+        if prediction.mode == "poseidon-tuned":
+            extra["layer_schemes"] = format_layer_schemes(prediction.layer_schemes)
         results.add(Cell(prediction.mode, prediction.nodes, prediction.iteration_s, extra=extra))
     single = {m: p.iteration_s for m in modes for p in [predict(profile, [m], [1], link)[0]]}
     results.update_speedups(single)
     print(results.table())
+    for cell in results.cells:
+        if "layer_schemes" in cell.extra:
+            plan = cell.extra["layer_schemes"] or "(BestScheme's own plan)"
+            print(f"poseidon-tuned on {cell.nodes} node(s): POSEIDON_LAYER_SCHEMES={plan}")
     if args.output:
         results.save(args.output)
         print(f"results: {args.output}")

@@ -177,8 +177,6 @@ def check_profile(path: str, prototxt: str, batch: int | None):  # type: ignore[
 def run_experiment(request: ExperimentRequest) -> int:
     """Run every cell; print the table; write JSON and figure. Exit status 0, 1 when a cell
     failed, 130 on Ctrl-C (after cleaning up)."""
-    from poseidon.experiments.predict import predict_cell
-
     results = Results(
         model=request.model,
         profile=os.path.basename(request.profile_path) if request.profile_path else "",
@@ -205,25 +203,16 @@ def run_experiment(request: ExperimentRequest) -> int:
             hosts = emulated.addresses if emulated is not None else request.hosts
             ssh = [emulated.ssh_wrapper()] if emulated is not None else request.ssh
             for number, (mode, nodes) in enumerate(cells, 1):
-                job = _cell_job(request, request.scaling_for(nodes))
+                job, sync = _prepare_cell(request, mode, nodes)
                 if emulated is not None:
                     emulated.set_rate(request.bandwidth_bps / job.scaling.dilation
                                       / job.scaling.byte_scale)  # fmt: skip
-                if request.timeline:
-                    trace = os.path.join(os.path.abspath(request.timeline),
-                                         f"{mode}-P{nodes}.{{rank}}.json")  # fmt: skip
-                    job.extra_env["POSEIDON_TIMELINE"] = trace
-                if request.profile is not None and request.bandwidth_bps:
-                    from poseidon.experiments.emulation import TCP_GOODPUT_TBF
-                    from poseidon.experiments.predict import Link
-
-                    guess = predict_cell(
-                        request.profile, mode, nodes, Link(request.bandwidth_bps, TCP_GOODPUT_TBF)
-                    )
-                    job.timeout_ms = cell_timeout_ms(guess.iteration_s, job)
                 label = f"{request.model} {mode} on {nodes} node(s)"
                 _progress(f"[{number}/{len(cells)}] {label} ...")
-                cell = run_cell(job, mode, nodes, hosts, ssh, port_for(number))
+                cell = run_cell(job, sync, nodes, hosts, ssh, port_for(number))
+                cell.mode = mode
+                if "POSEIDON_LAYER_SCHEMES" in job.extra_env:
+                    cell.extra["layer_schemes"] = job.extra_env["POSEIDON_LAYER_SCHEMES"]
                 if request.emulate and request.profile is not None:
                     cell.extra["dilation"] = job.scaling.dilation
                 results.add(cell)
@@ -261,6 +250,32 @@ def _finish(results: Results, request: ExperimentRequest) -> None:
     if request.plot:
         plot(results, request.plot)
         print(f"figure: {request.plot}")
+
+
+def _prepare_cell(request: ExperimentRequest, mode: str, nodes: int) -> tuple[CellJob, str]:
+    """The cell's job and the sync mode its workers run: poseidon-tuned is Poseidon with the
+    predictor's per-layer schemes for this node count and link (tune.py)."""
+    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Link, predict_cell
+    from poseidon.experiments.tune import format_layer_schemes, tune_layer_schemes
+
+    job = _cell_job(request, request.scaling_for(nodes))
+    sync = mode
+    if request.timeline:
+        trace = f"{mode}-P{nodes}.{{rank}}.json"
+        job.extra_env["POSEIDON_TIMELINE"] = os.path.join(os.path.abspath(request.timeline), trace)
+    if request.profile is not None and request.bandwidth_bps:
+        from poseidon.experiments.emulation import TCP_GOODPUT_TBF
+
+        link = Link(request.bandwidth_bps,
+                    TCP_GOODPUT_TBF if request.emulate else TCP_GOODPUT_ETHERNET)  # fmt: skip
+        if mode == "poseidon-tuned":
+            guess, schemes = tune_layer_schemes(request.profile, nodes, link)
+            job.extra_env["POSEIDON_LAYER_SCHEMES"] = format_layer_schemes(schemes)
+            sync = "poseidon"
+        else:
+            guess = predict_cell(request.profile, mode, nodes, link)
+        job.timeout_ms = cell_timeout_ms(guess.iteration_s, job)
+    return job, sync
 
 
 def _cell_job(request: ExperimentRequest, scaling: Scaling) -> CellJob:

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from poseidon.experiments.profile import Profile
 from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink
 
 MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
+TUNED = "poseidon-tuned"  # Poseidon with per-layer schemes chosen by time (tune.py)
 FRAME_HEADER_BYTES = 48  # poseidon/include/poseidon/frame.h
 # TCP payload per Ethernet frame on the wire (MTU 1500, TCP timestamps; the preamble,
 # inter-frame gap and FCS count), with its share of the delayed ACKs (a 90-byte frame per
@@ -69,6 +70,7 @@ class CellPrediction:
     rebuild_s: float  # SFB rebuild GEMMs
     wait_s: float  # the rest: time the device waits for communication
     bytes_per_node: float  # sent by one node per iteration (= received)
+    layer_schemes: dict[str, str] = field(default_factory=dict)  # the overrides it ran with
 
 
 # ----- the plan of one cell ------------------------------------------------------------------
@@ -84,21 +86,26 @@ class _SyncedLayer:
 
 
 def _planned_layers(
-    profile: Profile, mode: str, nodes: int, chunk_bytes: int
+    profile: Profile,
+    mode: str,
+    nodes: int,
+    chunk_bytes: int,
+    layer_schemes: dict[str, str] | None = None,
 ) -> list[_SyncedLayer]:
     from poseidon import _C
     from poseidon.plan import layer_spec
 
     force = "auto" if mode == "poseidon" else "ps"
+    choices = (layer_schemes or {}) if mode == "poseidon" else {}
     specs, synced = [], []
     for index, layer in enumerate(profile.layers):
         if layer.sync is None:
             continue
         sync = layer.sync
         kind = "other" if sync.late and sync.kind == "FC" else sync.kind
-        specs.append(
-            layer_spec(index, layer.name, kind, sync.m, sync.n, sync.rows, sync.floats, force)
-        )
+        scheme = choices.get(layer.name, force)
+        specs.append(layer_spec(index, layer.name, kind, sync.m, sync.n, sync.rows, sync.floats,
+                                scheme))  # fmt: skip
         synced.append(index)
     plan = _C.make_plan(specs, nodes, nodes, chunk_bytes)
     out = []
@@ -141,9 +148,11 @@ def predict_cell(
     chunk_bytes: int = 1 << 20,
     buckets: Callable[[Profile], list[tuple[list[int], float]]] | None = None,
     threads: int = 2,
+    layer_schemes: dict[str, str] | None = None,
 ) -> CellPrediction:
     """The steady-state iteration of `mode` on `nodes` nodes (see the module docstring).
-    `buckets` gives the all-reduce mode's buckets as (layer indices, bytes), default DDP's."""
+    `buckets` gives the all-reduce mode's buckets as (layer indices, bytes), default DDP's;
+    `layer_schemes` overrides BestScheme for named layers (POSEIDON_LAYER_SCHEMES)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: want one of {', '.join(MODES)}")
     if nodes < 1:
@@ -152,7 +161,7 @@ def predict_cell(
     planned = (
         {}
         if mode == "allreduce"
-        else {s.index: s for s in _planned_layers(profile, mode, nodes, chunk_bytes)}
+        else {s.index: s for s in _planned_layers(profile, mode, nodes, chunk_bytes, layer_schemes)}
     )
     # Backward: layer L-1 down to 0; a layer's sync may start when its backward ends.
     now, backward_end = 0.0, {}
@@ -196,7 +205,9 @@ def predict_cell(
                 now += layer.update_s
         now += layer.forward_s
         compute += layer.forward_s
-    return CellPrediction(mode, nodes, now, compute, rebuild, now - compute - rebuild, sent)
+    wait = now - compute - rebuild
+    chosen = dict(layer_schemes or {}) if mode == "poseidon" else {}
+    return CellPrediction(mode, nodes, now, compute, rebuild, wait, sent, chosen)
 
 
 def _communicate(
@@ -319,4 +330,16 @@ def predict(
     link: Link,
     chunk_bytes: int = 1 << 20,
 ) -> list[CellPrediction]:
-    return [predict_cell(profile, m, p, link, chunk_bytes) for m in modes for p in nodes]
+    """Every (mode, node count) cell; mode "poseidon-tuned" is Poseidon with the per-layer
+    schemes poseidon/experiments/tune.py finds for that cell."""
+    from poseidon.experiments.tune import tune_layer_schemes
+
+    cells = []
+    for mode in modes:
+        for p in nodes:
+            if mode == TUNED:
+                cell, _ = tune_layer_schemes(profile, p, link, chunk_bytes)
+            else:
+                cell = predict_cell(profile, mode, p, link, chunk_bytes)
+            cells.append(cell)
+    return cells

@@ -21,6 +21,7 @@ MODE_LABELS = {
     "wfbp": "Caffe+WFBP (wfbp)",
     "poseidon": "Poseidon (WFBP + HybComm)",
     "allreduce": "DDP-style all-reduce",
+    "poseidon-tuned": "Poseidon, plan by time (tuned)",
 }
 
 

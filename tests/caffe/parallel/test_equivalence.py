@@ -34,8 +34,13 @@ def assert_matches(ranks, expected, rtol=1e-4):
     for name, value in expected.items():
         scale = max(float(np.abs(value).max()), 1e-6)
         for rank, arrays in enumerate(ranks):
-            np.testing.assert_allclose(arrays[name], value, rtol=rtol, atol=rtol * scale,
-                                       err_msg=f"{name} on worker {rank}")  # fmt: skip
+            np.testing.assert_allclose(
+                arrays[name],
+                value,
+                rtol=rtol,
+                atol=rtol * scale,
+                err_msg=f"{name} on worker {rank}",
+            )
             # Identical weights on every worker: same bytes, not just close.
             assert arrays[name].tobytes() == ranks[0][name].tobytes(), f"{name}: worker {rank}"
 
@@ -73,3 +78,22 @@ def test_clip_gradients_waits_for_every_layer(tmp_path, reference):
     extra = "clip_gradients: 0.05"
     ranks, _ = run_job(str(tmp_path), 3, 2, "poseidon", "auto", ITERS, extra=extra)
     assert_matches(ranks, reference(3, extra))
+
+
+def test_per_layer_schemes_override_best_scheme(tmp_path, reference):
+    # POSEIDON_LAYER_SCHEMES: ip1 through the PS, ip2 by SFB, whatever BestScheme says.
+    env = {"POSEIDON_LAYER_SCHEMES": "ip1=ps,ip2=sfb"}
+    ranks, _ = run_job(str(tmp_path), 2, 2, "poseidon", "auto", ITERS, env=env)
+    assert_matches(ranks, reference(2))
+    schemes = {k.split("/")[1]: str(v) for k, v in ranks[0].items() if k.startswith("scheme/")}
+    assert schemes["ip1"] == "PS" and schemes["ip2"] == "SFB"
+
+
+def test_per_layer_schemes_must_name_synchronised_layers(tmp_path):
+    env = {"POSEIDON_LAYER_SCHEMES": "fc9=ps"}
+    with pytest.raises(
+        AssertionError,
+        match=r"POSEIDON_LAYER_SCHEMES names fc9: not a "
+        r"synchronised layer",
+    ):
+        run_job(str(tmp_path), 2, 2, "poseidon", "auto", 3, env=env, timeout_s=60)

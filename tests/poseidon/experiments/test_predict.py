@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from poseidon.experiments.predict import FRAME_HEADER_BYTES, Link, predict_cell
+from poseidon.experiments.predict import FRAME_HEADER_BYTES, TUNED, Link, predict_cell
 from poseidon.experiments.profile import LayerProfile, Profile, SfbTiming, SyncShape
+from poseidon.experiments.tune import format_layer_schemes, tune_layer_schemes
 from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink, water_fill
 
 MB = 1e6
@@ -191,3 +192,34 @@ def test_bad_arguments():
         predict_cell(profile, "ring", 2, LINK)
     with pytest.raises(ValueError, match="0 nodes"):
         predict_cell(profile, "wfbp", 0, LINK)
+
+
+# ----- the plan chosen by time ----------------------------------------------------------------
+def fc_net(update_s: float = 0.0) -> Profile:
+    # One big FC layer whose backward is long enough to hide its own PS round on a fast link.
+    m = n = 4096
+    fc = LayerProfile(
+        "fc", "InnerProduct", 0.05, 0.2, blobs=[m * n, m],
+        sync=SyncShape("FC", m, n, 8, m * n + m), sfb=SfbTiming(0.004, {8: 1e10}),
+    )  # fmt: skip
+    return make_profile([relu("data"), conv("c1", 1000, 0.1, 0.3), fc])
+
+
+def test_tuning_prefers_the_ps_when_its_bytes_hide_and_sfb_would_rebuild():
+    profile = fc_net()
+    fast = Link(8 * 4e9, goodput=1.0, latency_s=0.0)  # the fc round hides behind c1
+    plain = predict_cell(profile, "poseidon", 8, fast)
+    assert plain.rebuild_s > 0  # BestScheme took SFB: fewer bytes
+    tuned, schemes = tune_layer_schemes(profile, 8, fast)
+    assert schemes == {"fc": "ps"} and tuned.rebuild_s == 0
+    assert tuned.iteration_s < plain.iteration_s
+    assert tuned.mode == TUNED and format_layer_schemes(schemes) == "fc=ps"
+
+
+def test_tuning_keeps_best_scheme_where_it_is_already_fastest():
+    slow = Link(8 * 1e7, goodput=1.0, latency_s=0.0)  # 64 MB of PS would take seconds
+    tuned, schemes = tune_layer_schemes(fc_net(), 8, slow)
+    assert schemes == {}
+    assert tuned.iteration_s == pytest.approx(
+        predict_cell(fc_net(), "poseidon", 8, slow).iteration_s
+    )
