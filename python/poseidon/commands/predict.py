@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from poseidon.experiments.emulation import TCP_GOODPUT_TBF
     from poseidon.experiments.experiment import check_profile
     from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Link, predict
-    from poseidon.experiments.report import Cell, Results, plot
+    from poseidon.experiments.report import Cell, Results, write_outputs
     from poseidon.experiments.resolve import resolve_model, resolve_profile
     from poseidon.experiments.tune import format_layer_schemes
     from poseidon.experiments.units import parse_bandwidth, parse_list, parse_nodes
@@ -78,15 +78,5 @@ def run(args: argparse.Namespace) -> int:
         results.add(Cell(prediction.mode, prediction.nodes, prediction.iteration_s, extra=extra))
     single = {m: p.iteration_s for m in modes for p in [predict(profile, [m], [1], link)[0]]}
     results.update_speedups(single)
-    print(results.table())
-    for cell in results.cells:
-        if "layer_schemes" in cell.extra:
-            plan = cell.extra["layer_schemes"] or "(BestScheme's own plan)"
-            print(f"poseidon-tuned on {cell.nodes} node(s): POSEIDON_LAYER_SCHEMES={plan}")
-    if args.output:
-        results.save(args.output)
-        print(f"results: {args.output}")
-    if args.plot:
-        plot(results, args.plot)
-        print(f"figure: {args.plot}")
+    write_outputs(results, args.output, args.plot)
     return 0

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from poseidon.experiments.report import Results, plot
+from poseidon.experiments.report import Results, write_outputs
 from poseidon.experiments.run import (
     CellJob,
     ExperimentError,
@@ -196,6 +196,8 @@ def run_experiment(request: ExperimentRequest) -> int:
         results.info["dilation"] = request.dilation or "per node count (each cell's dilation)"
         results.info["scaling"] = describe_scaling(request.byte_scale, dilations)
     cells = [(mode, p) for p in request.nodes for mode in request.modes]
+    if 1 not in request.nodes and request.profile is not None:
+        results.info["speedup_base"] = "the predicted one-node time (no one-node cell was run)"
     started = time.monotonic()
     hosts_context = _hosts_context(request)
     try:
@@ -216,6 +218,8 @@ def run_experiment(request: ExperimentRequest) -> int:
                 if request.emulate and request.profile is not None:
                     cell.extra["dilation"] = job.scaling.dilation
                 results.add(cell)
+                if 1 not in request.nodes and request.profile is not None:
+                    results.update_speedups(_predicted_single_node(request))
                 results.info["peak_memory_bytes"] = memory.peak
                 results.info["wall_s"] = round(time.monotonic() - started, 1)
                 _progress(
@@ -241,15 +245,21 @@ def run_experiment(request: ExperimentRequest) -> int:
 
 
 def _finish(results: Results, request: ExperimentRequest) -> None:
-    if not results.cells:
-        return
-    print(results.table())
-    if request.output:
-        results.save(request.output)
-        print(f"results: {request.output}")
-    if request.plot:
-        plot(results, request.plot)
-        print(f"figure: {request.plot}")
+    if results.cells:
+        write_outputs(results, request.output, request.plot)
+
+
+def _predicted_single_node(request: ExperimentRequest) -> dict[str, float]:
+    """Each mode's predicted time on one node (no link involved: the profile's compute), the
+    base of the speed-ups when the run has no one-node cell."""
+    from poseidon.experiments.predict import Link, predict_cell
+
+    link = Link(request.bandwidth_bps or 1e9)
+    return {
+        mode: predict_cell(request.profile, "poseidon" if mode == "poseidon-tuned" else mode, 1,
+                           link).iteration_s
+        for mode in request.modes
+    }  # fmt: skip
 
 
 def _prepare_cell(request: ExperimentRequest, mode: str, nodes: int) -> tuple[CellJob, str]:

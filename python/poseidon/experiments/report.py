@@ -116,6 +116,22 @@ class Results:
         return "\n".join(lines)
 
 
+def write_outputs(results: Results, output: str | None, plot_path: str | None) -> None:
+    """What both commands end with: the table (and the plans poseidon-tuned ran), the JSON,
+    the figure."""
+    print(results.table())
+    for cell in results.cells:
+        if "layer_schemes" in cell.extra:
+            plan = cell.extra["layer_schemes"] or "(BestScheme's own plan)"
+            print(f"poseidon-tuned on {cell.nodes} node(s): POSEIDON_LAYER_SCHEMES={plan}")
+    if output:
+        results.save(output)
+        print(f"results: {output}")
+    if plot_path:
+        plot(results, plot_path)
+        print(f"figure: {plot_path}")
+
+
 def plot(results: Results, path: str, title: str | None = None) -> None:
     """Speed-up against nodes, one line per mode and the linear line, as the paper's
     figures show scaling."""
