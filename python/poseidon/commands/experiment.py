@@ -57,10 +57,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from poseidon.commands._common import fail
+    from poseidon.experiments.emulation import EmulationError
     from poseidon.experiments.experiment import ExperimentRequest, run_experiment
 
     try:
         request = ExperimentRequest.from_args(args)
-    except ValueError as e:
+    except (ValueError, EmulationError) as e:
         return fail("experiment", e)
     return run_experiment(request)

@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from poseidon.experiments.emulation import EmulationError
 from poseidon.experiments.report import Results, write_outputs
 from poseidon.experiments.run import (
     CellJob,
@@ -236,7 +237,7 @@ def run_experiment(request: ExperimentRequest) -> int:
         )
         _finish(results, request)
         return 130
-    except ExperimentError as e:
+    except (ExperimentError, EmulationError) as e:
         print(f"poseidon experiment: {e}", file=sys.stderr)
         _finish(results, request)
         return 1
