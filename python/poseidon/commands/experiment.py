@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 HELP = "run a scaling experiment on emulated nodes or a real cluster (speed-up per mode)"
-MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
+DEFAULT_MODES = "ps-nooverlap,wfbp,poseidon,allreduce"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,7 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--nodes", default="1,2,4,8,16", help="node counts, e.g. 1,2,4,8,16")
     p.add_argument("--bandwidth", help="link speed of each node, e.g. 10gbit, 25GbE, 100mbit")
-    p.add_argument("--modes", default=",".join(MODES), help="sync modes, comma-separated")
+    p.add_argument(
+        "--modes",
+        default=DEFAULT_MODES,
+        help="sync modes, comma-separated; poseidon-tuned: Poseidon with per-layer PS/SFB "
+        "chosen by predicted time (needs --profile)",
+    )
     where = p.add_mutually_exclusive_group()
     where.add_argument(
         "--emulate",

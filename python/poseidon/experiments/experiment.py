@@ -32,7 +32,7 @@ from poseidon.experiments.run import (
 )
 from poseidon.experiments.units import parse_bandwidth, parse_list, parse_nodes
 
-MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
+MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce", "poseidon-tuned")
 QUICK_NODES = [1, 2]
 
 
@@ -106,6 +106,11 @@ class ExperimentRequest:
             from poseidon.experiments.netspec import data_batch
 
             batch = data_batch(read_net_param(prototxt), prototxt)
+        if "poseidon-tuned" in modes and (profile is None or bandwidth is None):
+            raise ValueError(
+                "mode poseidon-tuned chooses its plan with the predictor: it needs --profile "
+                "and --bandwidth"
+            )
         if args.batch is not None and args.batch < 1:
             raise ValueError(f"--batch {args.batch} (want >= 1)")
         byte_scale = 1

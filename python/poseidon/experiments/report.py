@@ -106,11 +106,11 @@ class Results:
             row = f"{mode:<14}"
             for p in nodes:
                 c = self.cell(mode, p)
-                text = (
-                    f"{c.speedup:6.2f}x ({c.iteration_s:.3f} s, {c.images_per_s:7.1f})"
-                    if c
-                    else "-"
-                )
+                if c is None:
+                    text = "-"
+                else:  # no speed-up without a one-node time (measured or predicted)
+                    speedup = f"{c.speedup:6.2f}x" if c.speedup else "     -"
+                    text = f"{speedup} ({c.iteration_s:.3f} s, {c.images_per_s:7.1f})"
                 row += f"{text:>26}"
             lines.append(row)
         return "\n".join(lines)

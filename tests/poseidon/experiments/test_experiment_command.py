@@ -56,6 +56,24 @@ def test_bad_experiment_input(capsys, args, message):
     assert line.startswith("poseidon experiment: ") and message in line
 
 
+def test_tuned_mode_needs_a_profile(capsys, tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1\n127.0.0.1\n")
+    line = refused(
+        capsys,
+        "experiment",
+        "--model",
+        "cifar10_quick",
+        "--hostfile",
+        str(hosts),
+        "--nodes",
+        "2",
+        "--modes",
+        "poseidon-tuned",
+    )
+    assert "poseidon-tuned chooses its plan with the predictor" in line
+
+
 def test_a_profile_of_another_net(capsys):
     line = refused(
         capsys,
