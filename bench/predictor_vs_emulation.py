@@ -19,6 +19,14 @@ from poseidon.experiments.profile import load_profile
 from poseidon.experiments.resolve import resolve_profile
 
 
+def predict(profile, cell: dict, link: Link) -> float:  # type: ignore[no-untyped-def]
+    """The predicted iteration of a cell; a poseidon-tuned cell with the plan it ran."""
+    if cell["mode"] != "poseidon-tuned":
+        return predict_cell(profile, cell["mode"], cell["nodes"], link).iteration_s
+    schemes = dict(item.split("=", 1) for item in cell.get("layer_schemes", "").split(",") if item)
+    return predict_cell(profile, "poseidon", cell["nodes"], link, layer_schemes=schemes).iteration_s
+
+
 def compare(paths: list[str]) -> list[tuple]:
     rows = []
     for path in paths:
@@ -29,7 +37,7 @@ def compare(paths: list[str]) -> list[tuple]:
         profile = load_profile(resolve_profile(data["profile"], data["model"]))
         link = Link(data["bandwidth_bps"], TCP_GOODPUT_TBF)
         for cell in data["cells"]:
-            predicted = predict_cell(profile, cell["mode"], cell["nodes"], link).iteration_s
+            predicted = predict(profile, cell, link)
             error = predicted / cell["iteration_s"] - 1
             rows.append(
                 (

@@ -3,8 +3,8 @@
     # speed-up per mode and node count, one file
     .venv/bin/python bench/results_markdown.py scaling docs/results/vgg19_22k.10gbit.emulated.json
     # speed-up per mode and link at one node count, several files (one per bandwidth)
-    .venv/bin/python bench/results_markdown.py bandwidth docs/results/vgg19_22k.*.8nodes.emulated.json \
-        --nodes 8 [--plot docs/results/vgg19_22k.8nodes.bandwidth.png]
+    .venv/bin/python bench/results_markdown.py bandwidth \
+        docs/results/vgg19_22k.*.8nodes.emulated.json --nodes 8 [--plot bandwidth.png]
 
 Every number comes from the files: nothing here is measured or predicted.
 """

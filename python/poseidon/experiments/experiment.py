@@ -64,7 +64,9 @@ class ExperimentRequest:
         in run.py); real compute and real links run at their own speed."""
         if self.profile is None or not self.emulate:
             return Scaling(1.0, 1)
-        dilation = self.dilation or choose_dilation(nodes, self.bandwidth_bps, self.byte_scale)
+        dilation = self.dilation or choose_dilation(
+            nodes, self.bandwidth_bps, self.byte_scale, self.profile
+        )
         return Scaling(dilation, self.byte_scale)
 
     @classmethod

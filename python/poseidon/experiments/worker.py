@@ -122,10 +122,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sent0, received0 = traffic_bytes(sync)
         clock = device_clock()
         late0, charged0 = clock.stats.late_s, clock.stats.charged_s
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         solver.step(args.iterations)
         barrier(sync, "done")
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
         sent, received = traffic_bytes(sync)
         n = args.iterations
         dilation = args.dilation if args.profile else 1.0
@@ -137,6 +138,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "bytes_received": (received - received0) / n,
             "compute_s": (clock.stats.charged_s - charged0) / n,
             "late_s": (clock.stats.late_s - late0) / n / dilation,
+            # This process's CPU time (all its threads) per iteration, real seconds: what a
+            # node costs the machine that emulates it (run.py: choose_dilation).
+            "host_cpu_s": cpu / n,
             "checksum": float(solver.net.param_data.double().sum()),
         }
     except BaseException as e:

@@ -7,7 +7,7 @@ import pytest
 
 from poseidon.experiments.predict import FRAME_HEADER_BYTES, TUNED, Link, predict_cell
 from poseidon.experiments.profile import LayerProfile, Profile, SfbTiming, SyncShape
-from poseidon.experiments.tune import format_layer_schemes, tune_layer_schemes
+from poseidon.experiments.tune import TUNE_LINK_SHARE, format_layer_schemes, tune_layer_schemes
 from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink, water_fill
 
 MB = 1e6
@@ -223,3 +223,29 @@ def test_tuning_keeps_best_scheme_where_it_is_already_fastest():
     assert tuned.iteration_s == pytest.approx(
         predict_cell(fc_net(), "poseidon", 8, slow).iteration_s
     )
+
+
+def test_tuning_leaves_headroom_on_the_link():
+    # Where the PS plan is predicted faster only while the link delivers every byte the
+    # fluid model assumes, the tuner keeps BestScheme's plan (TUNE_LINK_SHARE).
+    profile = fc_net()
+
+    def ps_gain(bps: float) -> float:
+        link = Link(bps, goodput=1.0, latency_s=0.0)
+        sfb = predict_cell(profile, "poseidon", 8, link).iteration_s
+        ps = predict_cell(profile, "poseidon", 8, link, layer_schemes={"fc": "ps"})
+        return sfb - ps.iteration_s
+
+    slow, fast = 8 * 1e7, 8 * 4e9
+    assert ps_gain(slow) < 0 < ps_gain(fast)
+    for _ in range(40):  # the bandwidth where the PS plan starts to win
+        middle = (slow * fast) ** 0.5
+        slow, fast = (middle, fast) if ps_gain(middle) < 0 else (slow, middle)
+    barely = fast * 1.05
+    assert ps_gain(barely) > 0 and ps_gain(barely * TUNE_LINK_SHARE) < 0
+    _, schemes = tune_layer_schemes(profile, 8, Link(barely, goodput=1.0, latency_s=0.0))
+    assert schemes == {}
+    _, schemes = tune_layer_schemes(
+        profile, 8, Link(barely / TUNE_LINK_SHARE * 1.05, goodput=1.0, latency_s=0.0)
+    )
+    assert schemes == {"fc": "ps"}
