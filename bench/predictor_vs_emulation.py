@@ -19,12 +19,18 @@ from poseidon.experiments.profile import load_profile
 from poseidon.experiments.resolve import resolve_profile
 
 
-def predict(profile, cell: dict, link: Link) -> float:  # type: ignore[no-untyped-def]
-    """The predicted iteration of a cell; a poseidon-tuned cell with the plan it ran."""
-    if cell["mode"] != "poseidon-tuned":
-        return predict_cell(profile, cell["mode"], cell["nodes"], link).iteration_s
-    schemes = dict(item.split("=", 1) for item in cell.get("layer_schemes", "").split(",") if item)
-    return predict_cell(profile, "poseidon", cell["nodes"], link, layer_schemes=schemes).iteration_s
+def predict(profile, cell: dict, link: Link) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """A cell's predicted iteration (a poseidon-tuned cell with the plan it ran) and the
+    share of it that one node's uplink is busy (bytes over goodput): where that share is
+    high, the fluid link of the model is optimistic (docs/experiments.md, §6.5)."""
+    mode, schemes = cell["mode"], None
+    if mode == "poseidon-tuned":
+        mode = "poseidon"
+        pairs = cell.get("layer_schemes", "").split(",")
+        schemes = dict(item.split("=", 1) for item in pairs if item)
+    cell_prediction = predict_cell(profile, mode, cell["nodes"], link, layer_schemes=schemes)
+    busy = cell_prediction.bytes_per_node / link.bytes_per_s / cell_prediction.iteration_s
+    return cell_prediction.iteration_s, busy
 
 
 def compare(paths: list[str]) -> list[tuple]:
@@ -37,7 +43,7 @@ def compare(paths: list[str]) -> list[tuple]:
         profile = load_profile(resolve_profile(data["profile"], data["model"]))
         link = Link(data["bandwidth_bps"], TCP_GOODPUT_TBF)
         for cell in data["cells"]:
-            predicted = predict(profile, cell, link)
+            predicted, busy = predict(profile, cell, link)
             error = predicted / cell["iteration_s"] - 1
             rows.append(
                 (
@@ -47,6 +53,7 @@ def compare(paths: list[str]) -> list[tuple]:
                     cell["nodes"],
                     cell["iteration_s"],
                     predicted,
+                    busy,
                     error,
                 )
             )
@@ -63,19 +70,19 @@ def main(argv: list[str] | None = None) -> int:
         print("no emulated cells in the given files", file=sys.stderr)
         return 1
     if args.markdown:
-        print("| model | link | mode | P | emulated s | predicted s | error |")
-        print("|---|---|---|---|---|---|---|")
-    for model, bps, mode, p, measured, predicted, error in rows:
+        print("| model | link | mode | P | emulated s | predicted s | link busy | error |")
+        print("|---|---|---|---|---|---|---|---|")
+    for model, bps, mode, p, measured, predicted, busy, error in rows:
         link = f"{bps / 1e9:g} Gbit/s"
         if args.markdown:
             print(
                 f"| {model} | {link} | {mode} | {p} | {measured:.4f} | {predicted:.4f} | "
-                f"{error:+.1%} |"
+                f"{busy:.0%} | {error:+.1%} |"
             )
         else:
             print(
-                f"{model:<14}{link:>12} {mode:<13}{p:>4}{measured:>10.4f}{predicted:>10.4f}"
-                f"{error:>+9.1%}"
+                f"{model:<14}{link:>12} {mode:<15}{p:>4}{measured:>10.4f}{predicted:>10.4f}"
+                f"{busy:>7.0%}{error:>+9.1%}"
             )
     errors = [abs(r[-1]) for r in rows]
     print(

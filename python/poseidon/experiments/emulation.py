@@ -79,6 +79,29 @@ def _loss_based_congestion_control(namespace: str) -> str:
     raise EmulationError(f"cannot set a loss-based TCP congestion control in {namespace}")
 
 
+def hold_prefix_lock(prefix: str, directory: str | None = None) -> int:
+    """Take the lock of the emulated hosts named `prefix`: a second emulation on this machine
+    would tear down the first's namespaces as leftovers. Returns the lock file's fd (closing
+    it releases the lock); EmulationError naming the holder when another process has it."""
+    import fcntl
+
+    directory = directory or ("/run/lock" if os.path.isdir("/run/lock") else tempfile.gettempdir())
+    path = os.path.join(directory, f"poseidon-emulation-{prefix}.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise EmulationError(
+            f"another emulation (pid {holder}) is using the emulated hosts {prefix}h* "
+            f"({path}); wait for it to finish or stop it"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class EmulatedHosts:
     """`count` hosts with links of `rate_bps` bits/s each way (None: uncapped)."""
 
@@ -101,6 +124,7 @@ class EmulatedHosts:
         self.bridge = f"{prefix}br0"
         self.congestion = ""
         self._files: list[str] = []
+        self._lock: int | None = None  # the fd of the prefix's lock file while we hold it
 
     # ----- life cycle ---------------------------------------------------------------------
     def __enter__(self) -> EmulatedHosts:
@@ -108,12 +132,13 @@ class EmulatedHosts:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.teardown()
+        self.release()
 
     def start(self) -> None:
         check_can_emulate()
-        self.teardown()  # leftovers of an interrupted run
+        self._lock = hold_prefix_lock(self.prefix)
         try:
+            self.teardown()  # leftovers of an interrupted run (none is running: we hold the lock)
             _run("ip", "link", "add", self.bridge, "type", "bridge")
             _run("ip", "link", "set", self.bridge, "up")
             for i in range(self.count):
@@ -121,7 +146,7 @@ class EmulatedHosts:
             if self.rate_bps:
                 self.set_rate(self.rate_bps)
         except BaseException:
-            self.teardown()
+            self.release()
             raise
 
     def _add_host(self, i: int) -> None:
@@ -171,6 +196,15 @@ class EmulatedHosts:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         self._files.clear()
+
+    def release(self) -> None:
+        """Tear down and let the next emulation of this prefix start."""
+        try:
+            self.teardown()
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)  # closing the file releases its flock
+                self._lock = None
 
     # ----- what the launcher needs ---------------------------------------------------------
     def inner(self, host: int) -> str:

@@ -230,10 +230,10 @@ def run_experiment(request: ExperimentRequest) -> int:
                     results.update_speedups(_predicted_single_node(request))
                 results.info["peak_memory_bytes"] = memory.peak
                 results.info["wall_s"] = round(time.monotonic() - started, 1)
+                speedup = f", {cell.speedup:.2f}x" if cell.speedup else ""
                 _progress(
                     f"[{number}/{len(cells)}] {label}: {cell.iteration_s:.4f} s/iteration, "
-                    f"{cell.images_per_s:.1f} images/s, {cell.speedup:.2f}x "
-                    f"({cell.extra['job_s']:.0f} s)"
+                    f"{cell.images_per_s:.1f} images/s{speedup} ({cell.extra['job_s']:.0f} s)"
                 )
                 if request.output:
                     results.save(request.output)
