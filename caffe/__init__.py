@@ -44,6 +44,7 @@ _LAZY = {
     "params": "caffe.net_spec",
     "Classifier": "caffe.classifier",
     "Detector": "caffe.detector",
+    "NCCL": "caffe.nccl",
 }
 _SUBMODULES = {"io", "net_spec", "draw", "coord_map", "proto", "layers", "solvers", "parallel"}
 

@@ -2,12 +2,17 @@
 
 Internally both halves are torch tensors on the blob's device (`data_tensor`,
 `diff_tensor`); from Python, `data` and `diff` are float32 numpy views that share
-memory with the blob (a host mirror on CUDA, synced lazily). Storage is allocated on
-first use, so reshaping is cheap. A layer's output may *replace* a top's memory
-(`set_data`): take numpy views after the forward pass that fills them.
-Learnable blobs are views into their net's contiguous parameter buffer and keep that
-memory for life (`bind_storage`), which is what lets the communication layer send a
-layer's gradient as one range without copying.
+memory with the blob (a host mirror on CUDA, synced lazily).
+
+Memory stays put, as in BVLC: each half is a SyncedTensor allocated on first use and
+kept for as long as the blob's count fits in it - across forward, backward, solver steps
+and reshapes to the same or a smaller count; only a larger count allocates anew (zeros).
+Layers write their outputs *into* that memory (`set_data`/`set_diff` copy, hot layers
+compute with out=), so a numpy view taken from `blob.data` before a forward pass shows
+the values after it. `share_data`/`share_diff` make two blobs one memory (Caffe's
+ShareData: Split tops, Flatten, Reshape). Learnable blobs are views into their net's
+contiguous parameter buffer (`bind_storage`), which is what lets the communication layer
+send a layer's gradient as one range without copying.
 """
 
 from __future__ import annotations
@@ -34,15 +39,42 @@ def _as_shape(dims: Iterable[int]) -> tuple[int, ...]:
     return shape
 
 
+class BlobCount(int):
+    """`blob.count`: the number of elements, an int as in pycaffe. Called, it is Caffe's
+    C++ count(start_axis[, end_axis]): the product of the dims start_axis..end_axis-1."""
+
+    def __new__(cls, shape: tuple[int, ...]) -> BlobCount:
+        count = super().__new__(cls, math.prod(shape))
+        count._shape = shape
+        return count
+
+    def __call__(self, start_axis: int = 0, end_axis: int | None = None) -> int:
+        axes = len(self._shape)
+        end = axes if end_axis is None else end_axis
+        if not 0 <= start_axis <= end <= axes:
+            raise ValueError(
+                f"count({start_axis}, {end}): need 0 <= start_axis <= end_axis <= {axes} "
+                f"for a blob of shape {list(self._shape)}"
+            )
+        return math.prod(self._shape[start_axis:end])
+
+    def __reduce__(self):
+        return (int, (int(self),))  # pickles (and copies) as a plain int
+
+
 class Blob:
     """Caffe's Blob. `shape` is a list like pycaffe; `data`/`diff` are numpy views."""
 
     def __init__(self, shape: Sequence[int] = (), device: torch.device | None = None) -> None:
         self.device = device if device is not None else compute_device()
         self._shape = _as_shape(shape)
+        self._count = BlobCount(self._shape)
+        # Each half: its SyncedTensor and the device view of it in the blob's shape.
         self._data: SyncedTensor | None = None
+        self._data_view: torch.Tensor | None = None
         self._diff: SyncedTensor | None = None
-        self._fixed = False  # bound to a parameter buffer: memory never replaced
+        self._diff_view: torch.Tensor | None = None
+        self._fixed = False  # bound to a parameter buffer: the count never changes
 
     # ----- shape -----------------------------------------------------------------
     @property
@@ -54,24 +86,31 @@ class Blob:
         return self._shape
 
     @property
-    def count(self) -> int:
-        return math.prod(self._shape)
+    def count(self) -> BlobCount:
+        return self._count
 
     @property
     def num_axes(self) -> int:
         return len(self._shape)
 
-    def _legacy(self, axis: int) -> int:
-        # Caffe's LegacyShape: 4-D view, missing leading axes read as 1.
-        if len(self._shape) > 4:
-            raise ValueError(f"legacy accessor on a {len(self._shape)}-D blob {self._shape}")
-        index = axis + len(self._shape) - 4
-        return self._shape[index] if index >= 0 else 1
+    def legacy_shape(self, index: int) -> int:
+        """Caffe's LegacyShape: axes past the end (index 0..3) or before the start (-4..-1)
+        read as 1, so a (10, 4) blob is num 10, channels 4, height 1, width 1."""
+        axes = len(self._shape)
+        if axes > 4:
+            raise ValueError(
+                f"Cannot use legacy accessors on Blobs with > 4 axes (shape {list(self._shape)})"
+            )
+        if not -4 <= index < 4:
+            raise ValueError(f"legacy shape index {index} outside -4..3")
+        if index >= axes or index < -axes:
+            return 1
+        return self._shape[index]
 
-    num = property(lambda self: self._legacy(0))
-    channels = property(lambda self: self._legacy(1))
-    height = property(lambda self: self._legacy(2))
-    width = property(lambda self: self._legacy(3))
+    num = property(lambda self: self.legacy_shape(0))
+    channels = property(lambda self: self.legacy_shape(1))
+    height = property(lambda self: self.legacy_shape(2))
+    width = property(lambda self: self.legacy_shape(3))
 
     def canonical_axis(self, axis: int) -> int:
         n = len(self._shape)
@@ -80,101 +119,116 @@ class Blob:
         return axis + n if axis < 0 else axis
 
     def reshape(self, *dims: int | Sequence[int]) -> None:
-        """Reshape; accepts reshape(2, 3) and reshape([2, 3]). Same count keeps the memory."""
+        """Reshape; accepts reshape(2, 3) and reshape([2, 3]). The memory is kept unless
+        the new count exceeds it (Caffe's capacity rule)."""
         if len(dims) == 1 and not isinstance(dims[0], int | np.integer):
             dims = tuple(dims[0])  # type: ignore[arg-type]
         shape = _as_shape(dims)  # type: ignore[arg-type]
         if shape == self._shape:
             return
-        if self._fixed and math.prod(shape) != self.count:
+        if self._fixed and math.prod(shape) != self._count:
             raise ValueError(
                 f"cannot reshape a parameter blob from {self._shape} to {shape}: count changes"
             )
         self._shape = shape
-        self._data = self._reshaped(self._data)
-        self._diff = self._reshaped(self._diff)
-
-    def _reshaped(self, half: SyncedTensor | None) -> SyncedTensor | None:
-        # Same count: keep the memory as a view; otherwise drop it (reallocated lazily).
-        if half is None or half.peek().numel() != self.count:
-            return None
-        half.rebind(half.peek().view(self._shape))
-        return half
+        self._count = BlobCount(shape)
+        if self._data is not None:
+            if self._data.capacity >= self._count:
+                self._data_view = self._shaped(self._data)
+            else:
+                self._data = self._data_view = None
+        if self._diff is not None:
+            if self._diff.capacity >= self._count:
+                self._diff_view = self._shaped(self._diff)
+            else:
+                self._diff = self._diff_view = None
 
     def reshape_like(self, other: Blob) -> None:
         self.reshape(other._shape)
 
-    # ----- tensors (engine side) ---------------------------------------------------
-    def _materialize(self, half: SyncedTensor | None) -> SyncedTensor:
-        if half is None:
-            half = SyncedTensor(torch.zeros(self._shape, dtype=DTYPE, device=self.device))
-        return half
+    # ----- memory -------------------------------------------------------------------
+    def _shaped(self, half: SyncedTensor) -> torch.Tensor:
+        """The device view of `half` in this blob's shape (a prefix of its capacity)."""
+        return half.device()[: self._count].view(self._shape)
+
+    def _new_half(self) -> SyncedTensor:
+        return SyncedTensor(torch.zeros(self._count, dtype=DTYPE, device=self.device))
 
     @property
     def data_tensor(self) -> torch.Tensor:
-        """The data on the blob's device. Callers may write it in place."""
-        self._data = self._materialize(self._data)
-        return self._data.device()
+        """The data on the blob's device, this blob's memory. Callers may write it in place."""
+        half = self._data
+        if half is None:
+            self._data = half = self._new_half()
+            self._data_view = self._shaped(half)
+        elif not half.on_cpu:
+            half.device()
+        return self._data_view  # type: ignore[return-value]
 
     @property
     def diff_tensor(self) -> torch.Tensor:
-        """The diff on the blob's device. Callers may write it in place."""
-        self._diff = self._materialize(self._diff)
-        return self._diff.device()
+        """The diff on the blob's device, this blob's memory. Callers may write it in place."""
+        half = self._diff
+        if half is None:
+            self._diff = half = self._new_half()
+            self._diff_view = self._shaped(half)
+        elif not half.on_cpu:
+            half.device()
+        return self._diff_view  # type: ignore[return-value]
 
     def set_data(self, tensor: torch.Tensor) -> None:
-        """Make `tensor` (shape must equal the blob's) the blob's data, without copying."""
-        self._set(tensor, is_diff=False)
+        """Write `tensor` (shape must equal the blob's) into the blob's data memory."""
+        self._write(self.data_tensor, tensor)
 
     def set_diff(self, tensor: torch.Tensor) -> None:
-        """Make `tensor` (shape must equal the blob's) the blob's diff, without copying."""
-        self._set(tensor, is_diff=True)
+        """Write `tensor` (shape must equal the blob's) into the blob's diff memory."""
+        self._write(self.diff_tensor, tensor)
 
-    def _set(self, tensor: torch.Tensor, is_diff: bool) -> None:
-        if tuple(tensor.shape) != self._shape:
+    def _write(self, memory: torch.Tensor, tensor: torch.Tensor) -> None:
+        if tensor.shape != memory.shape:
             raise ValueError(f"tensor of shape {tuple(tensor.shape)} set into blob {self._shape}")
-        tensor = tensor.detach().to(DTYPE).contiguous()
-        half = self._diff if is_diff else self._data
-        if self._fixed and half is not None:
-            half.device().copy_(tensor)
-            return
-        if half is None:
-            half = SyncedTensor(tensor)
-        else:
-            half.rebind(tensor)
-        if is_diff:
-            self._diff = half
-        else:
-            self._data = half
+        if tensor.data_ptr() == memory.data_ptr() and tensor.stride() == memory.stride():
+            return  # computed in place: already there
+        memory.copy_(tensor.detach())
 
     def bind_storage(self, data: torch.Tensor, diff: torch.Tensor) -> None:
         """Make flat views `data`/`diff` (count elements each) this blob's memory for life."""
-        if data.numel() != self.count or diff.numel() != self.count:
+        if data.numel() != self._count or diff.numel() != self._count:
             raise ValueError(f"storage of {data.numel()} elements bound to blob {self._shape}")
-        self._data = SyncedTensor(data.view(self._shape))
-        self._diff = SyncedTensor(diff.view(self._shape))
-        self._fixed = True
         self.device = data.device
+        self._data = SyncedTensor(data.view(-1))
+        self._data_view = self._shaped(self._data)
+        self._diff = SyncedTensor(diff.view(-1))
+        self._diff_view = self._shaped(self._diff)
+        self._fixed = True
 
     def share_data(self, other: Blob) -> None:
-        """Alias other's data (counts must match); Caffe's ShareData."""
-        if other.count != self.count:
+        """Make other's data memory this blob's (counts must match); Caffe's ShareData."""
+        if other._count != self._count:
             raise ValueError(f"share_data: counts differ ({other._shape} vs {self._shape})")
-        self._data = SyncedTensor(other.data_tensor.view(self._shape))
+        other.data_tensor  # noqa: B018  (allocates it if still unused)
+        self._data = other._data
+        self._data_view = self._shaped(other._data)  # type: ignore[arg-type]
         self._fixed = other._fixed
         self.device = other.device
 
     def share_diff(self, other: Blob) -> None:
-        """Alias other's diff (counts must match); Caffe's ShareDiff."""
-        if other.count != self.count:
+        """Make other's diff memory this blob's (counts must match); Caffe's ShareDiff."""
+        if other._count != self._count:
             raise ValueError(f"share_diff: counts differ ({other._shape} vs {self._shape})")
-        self._diff = SyncedTensor(other.diff_tensor.view(self._shape))
+        other.diff_tensor  # noqa: B018  (allocates it if still unused)
+        self._diff = other._diff
+        self._diff_view = self._shaped(other._diff)  # type: ignore[arg-type]
 
     # ----- numpy views (pycaffe side) ---------------------------------------------------
     @property
     def data(self) -> np.ndarray:
-        self._data = self._materialize(self._data)
-        return self._data.host()
+        if self._data is None:
+            self.data_tensor  # noqa: B018  (allocates the memory on first use)
+        half: SyncedTensor = self._data  # type: ignore[assignment]
+        if half.on_cpu:
+            return self._data_view.numpy()  # type: ignore[union-attr]
+        return half.host()[: self._count].view(self._shape).numpy()
 
     @data.setter
     def data(self, value: np.ndarray) -> None:
@@ -182,8 +236,12 @@ class Blob:
 
     @property
     def diff(self) -> np.ndarray:
-        self._diff = self._materialize(self._diff)
-        return self._diff.host()
+        if self._diff is None:
+            self.diff_tensor  # noqa: B018  (allocates the memory on first use)
+        half: SyncedTensor = self._diff  # type: ignore[assignment]
+        if half.on_cpu:
+            return self._diff_view.numpy()  # type: ignore[union-attr]
+        return half.host()[: self._count].view(self._shape).numpy()
 
     @diff.setter
     def diff(self, value: np.ndarray) -> None:
@@ -193,5 +251,5 @@ class Blob:
         return f"Blob(shape={list(self._shape)}, device={self.device})"
 
     def shape_string(self) -> str:
-        """Caffe's shape_string: '64 1 28 28 (50176)'."""
-        return " ".join(str(d) for d in self._shape) + f" ({self.count})"
+        """Caffe's shape_string: '64 1 28 28 (50176)'; a 0-axis blob is '(1)'."""
+        return "".join(f"{d} " for d in self._shape) + f"({self._count})"

@@ -125,5 +125,10 @@ def multiprocess() -> bool:
 
 
 def has_nccl() -> bool:
-    """This engine communicates through Poseidon, never NCCL."""
-    return False
+    """Whether caffe.NCCL (pycaffe's multi-process flow) works: it runs over Poseidon's
+    communication core, not NVIDIA's NCCL, so this asks whether that core is built."""
+    try:
+        import poseidon._C  # noqa: F401
+    except ImportError:
+        return False
+    return True

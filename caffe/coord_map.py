@@ -1,7 +1,7 @@
 """Spatial geometry of net_spec graphs (pycaffe's caffe.coord_map): which Crop aligns a top
 with another, as FCNs crop their upsampled scores to the input.
 
-A coordinate map `(axis, a, b)` says x_top = a * x_bottom + b on every spatial axis, where
+A coordinate map `(axis, a, b)` says x_top = a * x_bottom + b on the spatial axes, where
 x is the position of a pixel's centre in index units. `axis` is the last axis *before* the
 spatial ones (the channel axis, 1 for N×C×H×W), so a Crop that acts on the spatial axes
 starts at `axis + 1`; None means the layer keeps every coordinate (ReLU, Eltwise, ...).
@@ -13,22 +13,27 @@ This is pycaffe's convention, which `crop()` relies on.
     pass-through types            (None, 1, 0)
 
 A window of a convolution (or pooling) output y starts at input s*y - p and spans k_e
-pixels, so its centre is x = s*y - p + (k_e - 1)/2; solving for y gives the row above. A
-layer whose spatial axes disagree (kernel 3x5) has no single map and is an error; any type
-not listed raises UndefinedMapException.
+pixels, so its centre is x = s*y - p + (k_e - 1)/2; solving for y gives the row above.
+
+`a` and `b` are floats when every spatial axis maps alike, and otherwise numpy arrays with
+one entry per spatial axis (a 3x5 kernel, pad_h != pad_w, 3-D pads [0, 1, 2]), both of
+the same length; pycaffe always returns arrays, which compare and index the same way where
+its tests look. Any type not listed raises UndefinedMapException.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
-from caffe.conv_geometry import declared_values, kernel_extent
+import numpy as np
+
+from caffe.conv_geometry import declared_values
 from caffe.errors import CaffeError, LayerError
 from caffe.net_spec import Function, L, Top
 
 __all__ = [
     "AxisMismatchException",
+    "CropError",
     "UndefinedMapException",
     "compose",
     "coord_map",
@@ -37,7 +42,8 @@ __all__ = [
     "inverse",
 ]
 
-CoordMap = tuple[int | None, float, float]
+Scale = float | np.ndarray  # one value for every spatial axis, or one per axis
+CoordMap = tuple[int | None, Scale, Scale]
 IDENTITY: CoordMap = (None, 1.0, 0.0)
 
 # Layers whose top pixel (c, y, x) is computed at bottom pixel (·, y, x): elementwise,
@@ -50,12 +56,20 @@ PASS_THROUGH_TYPES = frozenset(
 WINDOW_TYPES = frozenset({"Convolution", "Im2col", "Pooling"})
 
 
-class UndefinedMapException(Exception):
-    """The layer type has no coordinate map (InnerProduct, Reshape, global pooling, ...)."""
+class UndefinedMapException(RuntimeError):
+    """The layer type has no coordinate map (InnerProduct, Reshape, global pooling, ...).
+
+    A RuntimeError, so that `coord_map_from_to` between tops that no chain of spatial layers
+    connects raises one exception type whichever the reason, as pycaffe's does."""
 
 
 class AxisMismatchException(Exception):
     """Two maps act on different spatial axes and cannot be composed."""
+
+
+class CropError(ValueError, AssertionError):
+    """`crop()` found no Crop that aligns the tops. Also an AssertionError, because pycaffe's
+    crop() states these conditions as asserts and its callers catch that."""
 
 
 def _describe(fn: Function) -> str:
@@ -63,26 +77,38 @@ def _describe(fn: Function) -> str:
     return f"{fn.type_name} layer '{name}'" if name else f"{fn.type_name} layer"
 
 
-def _uniform(fn: Function, param: object, name: str, default: int | None) -> int:
-    """The one value a spatial parameter has on every axis."""
-    values = declared_values(param, name, default)
-    if not values:
-        raise LayerError(f"{_describe(fn)}: {name} must be specified")
-    if len(set(values)) > 1:
-        raise LayerError(
-            f"{_describe(fn)}: {name} is {'x'.join(map(str, values))}; coord_map needs "
-            "the same value on every spatial axis"
+def _simplify(axis: int | None, a: object, b: object) -> CoordMap:
+    """The map with `a` and `b` as floats when all spatial axes agree, else as arrays of one
+    common length (a single value stands for every axis)."""
+    a_axes = np.atleast_1d(np.asarray(a, dtype=np.float64))
+    b_axes = np.atleast_1d(np.asarray(b, dtype=np.float64))
+    if np.all(a_axes == a_axes[0]) and np.all(b_axes == b_axes[0]):
+        return axis, float(a_axes[0]), float(b_axes[0])
+    if len(a_axes) != len(b_axes) and 1 not in (len(a_axes), len(b_axes)):
+        raise AxisMismatchException(
+            f"a map over {len(a_axes)} spatial axes meets one over {len(b_axes)}"
         )
-    return values[0]
+    a_axes, b_axes = np.broadcast_arrays(a_axes, b_axes)
+    return axis, a_axes.copy(), b_axes.copy()
 
 
-def _window(fn: Function, param: object, dilated: bool) -> tuple[int, int, int]:
-    """(effective kernel, stride, pad) of a convolution or pooling window."""
-    kernel = _uniform(fn, param, "kernel_size", None)
-    dilation = _uniform(fn, param, "dilation", 1) if dilated else 1
-    stride = _uniform(fn, param, "stride", 1)
-    pad = _uniform(fn, param, "pad", 0)
-    return kernel_extent(kernel, dilation), stride, pad
+def _window(fn: Function, param: object, dilated: bool) -> tuple[np.ndarray, ...]:
+    """(effective kernel, stride, pad) of a convolution or pooling window, each with one
+    entry for every spatial axis or one per axis."""
+    values = {}
+    for name, default in (("kernel_size", None), ("stride", 1), ("pad", 0), ("dilation", 1)):
+        if name == "dilation" and not dilated:
+            values[name] = (1,)
+            continue
+        values[name] = declared_values(param, name, default)
+        if not values[name]:
+            raise LayerError(f"{_describe(fn)}: {name} must be specified")
+    counts = {len(v) for v in values.values()} - {1}
+    if len(counts) > 1:
+        given = ", ".join(f"{name} {list(v)}" for name, v in values.items() if len(v) > 1)
+        raise LayerError(f"{_describe(fn)}: {given} give different numbers of spatial axes")
+    kernel, stride, pad, dilation = (np.asarray(v, dtype=np.float64) for v in values.values())
+    return dilation * (kernel - 1) + 1, stride, pad
 
 
 def _pass_through(fn: Function) -> CoordMap:
@@ -104,24 +130,19 @@ def coord_map(fn: Function) -> CoordMap:
         param = layer.convolution_param
         extent, stride, pad = _window(fn, param, dilated=True)
         if kind == "Deconvolution":
-            return param.axis, float(stride), (extent - 1) / 2 - pad
-        return param.axis, 1 / stride, (pad - (extent - 1) / 2) / stride
+            return _simplify(param.axis, stride, (extent - 1) / 2 - pad)
+        return _simplify(param.axis, 1 / stride, (pad - (extent - 1) / 2) / stride)
     if kind == "Pooling":
         if layer.pooling_param.global_pooling:
             raise UndefinedMapException(f"{_describe(fn)}: global pooling has no map")
         extent, stride, pad = _window(fn, layer.pooling_param, dilated=False)
-        return 1, 1 / stride, (pad - (extent - 1) / 2) / stride
+        return _simplify(1, 1 / stride, (pad - (extent - 1) / 2) / stride)
     if kind == "Crop":
         param = layer.crop_param
         if param.axis < 1:
             raise LayerError(f"{_describe(fn)}: coord_map needs crop axis >= 1, not {param.axis}")
-        offsets = set(param.offset) or {0}
-        if len(offsets) > 1:
-            raise LayerError(
-                f"{_describe(fn)}: offsets {list(param.offset)} differ; coord_map needs "
-                "the same offset on every cropped axis"
-            )
-        return param.axis - 1, 1.0, -float(offsets.pop())
+        offsets = list(param.offset) or [0]
+        return _simplify(param.axis - 1, 1.0, -np.asarray(offsets, dtype=np.float64))
     raise UndefinedMapException(f"no coordinate map for layer type {kind}")
 
 
@@ -135,13 +156,20 @@ def compose(base_map: CoordMap, next_map: CoordMap) -> CoordMap:
             f"cannot compose a map on spatial axes after {axis_next} with one after {axis_base}"
         )
     axis = axis_next if axis_base is None else axis_base
-    return axis, a_base * a_next, a_base * b_next + b_base
+    a_base, b_base, a_next, b_next = (np.asarray(v) for v in (a_base, b_base, a_next, b_next))
+    lengths = {v.size for v in (a_base, b_base, a_next, b_next)} - {1}
+    if len(lengths) > 1:
+        raise AxisMismatchException(
+            f"cannot compose maps over {' and '.join(map(str, sorted(lengths)))} spatial axes"
+        )
+    return _simplify(axis, a_base * a_next, a_base * b_next + b_base)
 
 
 def inverse(coord_map: CoordMap) -> CoordMap:
     """x_bottom as a function of x_top."""
     axis, a, b = coord_map
-    return axis, 1 / a, -b / a
+    a, b = np.asarray(a), np.asarray(b)
+    return _simplify(axis, 1 / a, -b / a)
 
 
 def coordinate_bottoms(top: Top) -> tuple[Top, ...]:
@@ -209,18 +237,30 @@ def coord_map_from_to(top_from: Top, top_to: Top) -> CoordMap:
 _TOLERANCE = 1e-9
 
 
+def _format(value: Scale) -> str:
+    if np.ndim(value) == 0:
+        return f"{float(value):g}"
+    return "[" + ", ".join(f"{v:g}" for v in value) + "]"
+
+
 def crop(top_from: Top, top_to: Top) -> Top:
     """The Crop of `top_from` to `top_to`'s shape that puts each pixel of `top_from` on the
     pixel of `top_to` it corresponds to (pycaffe's crop): needs a == 1 and an integral
-    b <= 0, the offset being -b on every spatial axis."""
+    b <= 0 on every spatial axis, the offset being -b (one offset when all axes agree, else
+    one per axis). Raises CropError (a ValueError and an AssertionError) otherwise."""
     axis, a, b = coord_map_from_to(top_from, top_to)
-    relation = f"x_to = {a:g} * x_from {'-' if b < 0 else '+'} {abs(b):g}"
-    if not math.isclose(a, 1.0, abs_tol=_TOLERANCE):
-        raise ValueError(f"crop: {relation}; the tops differ in scale, no crop aligns them")
-    offset = round(-b)
-    if offset < 0 or abs(b + offset) > _TOLERANCE:
-        raise ValueError(
+    if np.ndim(b) == 0:
+        relation = f"x_to = {_format(a)} * x_from {'-' if b < 0 else '+'} {abs(b):g}"
+    else:
+        relation = f"x_to = {_format(a)} * x_from + {_format(b)}"
+    if not np.allclose(a, 1.0, rtol=0.0, atol=_TOLERANCE):
+        raise CropError(f"crop: {relation}; the tops differ in scale, no crop aligns them")
+    offsets = np.atleast_1d(np.round(-np.asarray(b)))
+    if np.any(offsets < 0) or not np.allclose(offsets, -np.asarray(b), rtol=0.0, atol=_TOLERANCE):
+        raise CropError(
             f"crop: {relation}; cropping needs an integral b <= 0 (top_from must cover top_to)"
         )
     first_spatial = (1 if axis is None else axis) + 1
-    return L.Crop(top_from, top_to, crop_param=dict(axis=first_spatial, offset=[offset]))
+    return L.Crop(
+        top_from, top_to, crop_param=dict(axis=first_spatial, offset=[int(o) for o in offsets])
+    )

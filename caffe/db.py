@@ -280,7 +280,12 @@ class LevelDbReader(_SharedReader):
             try:
                 return plyvel.DB(real, create_if_missing=False)
             except plyvel.Error as e:
-                raise CaffeError(f"{path}: cannot open LevelDB database: {e}") from None
+                hint = ""
+                if "lock" in str(e).lower():
+                    # LevelDB admits one process per database, readers included.
+                    hint = (" (another process has it open: LevelDB allows one process at a "
+                            "time, so the workers of a distributed job need an LMDB)")  # fmt: skip
+                raise CaffeError(f"{path}: cannot open LevelDB database: {e}{hint}") from None
 
         super().__init__(path, _shared_handle("leveldb", path, ".", opener))
 

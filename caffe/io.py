@@ -2,24 +2,23 @@
 
 Same names, arguments and results as pycaffe (spec §5.6). Differences of means, not of
 behaviour: NumPy 2 APIs (tobytes/frombuffer) instead of tostring/fromstring; images are loaded
-with Pillow and resized with torch's interpolation instead of scikit-image, so `resize_image`
-maps pixel centres like skimage but replicates edge pixels instead of padding with zeros, and
-uses torch for interp_order 0 (nearest), 1 (bilinear) and 3 (bicubic), scipy for the others.
+with Pillow instead of scikit-image; `resize_image` makes the scipy.ndimage calls that
+pycaffe's makes directly or through skimage.transform.resize, so it needs scipy but not
+scikit-image.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
-import torch
 
 from caffe.image_codec import pillow
 from caffe.proto import caffe_pb2
 
 # Grey level of an RGB image as scikit-image's rgb2gray computes it (pycaffe's load_image).
 _GREY_WEIGHTS = np.array([0.2125, 0.7154, 0.0721], dtype=np.float32)
-_TORCH_MODES = {0: "nearest-exact", 1: "bilinear", 3: "bicubic"}
 _SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
 
 
@@ -212,35 +211,66 @@ def load_image(filename: str, color: bool = True) -> np.ndarray:
 
 
 def resize_image(im: np.ndarray, new_dims: Sequence[int], interp_order: int = 1) -> np.ndarray:
-    """Resize an H×W×K image to new_dims (height, width); float32 result.
+    """Resize an H×W×K image to new_dims (height, width) with spline interpolation of order
+    `interp_order` (0 nearest, 1 linear, 3 cubic; 0 to 5); float32 result, as pycaffe's:
 
-    Pixel centres map as in scikit-image (half-pixel alignment) and edge pixels are replicated.
-    Orders 0, 1 and 3 use torch's interpolation; other spline orders need scipy.
+    - K = 1 or 3 (skimage.transform.resize(..., mode="constant") on the image scaled to
+      [0, 1]): pixel centres map half-pixel to half-pixel, points past the border read
+      zeros of the scaled image (the image minimum), so an enlarged image's border pixels
+      lean towards the minimum; the result is clipped to the image's range; when shrinking,
+      a Gaussian of sigma (s - 1)/2 along each axis shrunk s-fold smooths the image first
+      (skimage's anti-aliasing).
+    - any other K (scipy.ndimage.zoom): corner pixels map to corner pixels and nothing is
+      clipped.
+
+    A constant image stays constant; an image already of that size comes back as a copy.
     """
     height, width = int(new_dims[0]), int(new_dims[1])
-    im = np.asarray(im, dtype=np.float32)
+    if interp_order not in range(6):
+        raise ValueError(f"interp_order must be a spline order 0 to 5, not {interp_order}")
+    im = np.asarray(im)
+    if im.ndim != 3:
+        raise ValueError(f"resize_image needs an H×W×K image, not an array of shape {im.shape}")
+    if not np.issubdtype(im.dtype, np.floating):
+        im = im.astype(np.float64)
     if im.shape[:2] == (height, width):
-        return im.copy()
+        return im.astype(np.float32)
     if im.size and im.min() == im.max():
-        # A constant image stays constant (and skips the interpolation).
         return np.full((height, width, im.shape[2]), im.flat[0], dtype=np.float32)
-    if interp_order not in _TORCH_MODES:
-        return _spline_resize(im, height, width, interp_order)
-    nchw = torch.from_numpy(np.ascontiguousarray(im.transpose(2, 0, 1)))[None]
-    mode = _TORCH_MODES[interp_order]
-    options = {} if mode.startswith("nearest") else {"align_corners": False}
-    out = torch.nn.functional.interpolate(nchw, size=(height, width), mode=mode, **options)
-    return out[0].numpy().transpose(1, 2, 0).astype(np.float32)
+    ndimage = _scipy_ndimage()
+    if im.shape[2] in (1, 3):
+        lowest, highest = im.min(), im.max()
+        unit = (im - lowest) / (highest - lowest)
+        unit = _resize_as_skimage(ndimage, unit, height, width, interp_order)
+        return (unit * (highest - lowest) + lowest).astype(np.float32)
+    zoom = (height / im.shape[0], width / im.shape[1], 1.0)
+    return ndimage.zoom(im, zoom, order=interp_order).astype(np.float32)
 
 
-def _spline_resize(im: np.ndarray, height: int, width: int, order: int) -> np.ndarray:
+def _resize_as_skimage(
+    ndimage: ModuleType, unit: np.ndarray, height: int, width: int, order: int
+) -> np.ndarray:
+    """skimage.transform.resize(unit, (height, width), order, mode="constant") of an image
+    with values in [0, 1]: anti-alias when shrinking, zoom on the pixel grid with zeros
+    outside it, clip to the input's range [0, 1]."""
+    factors = np.array(unit.shape, dtype=np.float64) / (height, width, unit.shape[2])
+    if np.any(factors > 1):
+        sigma = np.maximum(0.0, (factors - 1) / 2)
+        unit = ndimage.gaussian_filter(unit, sigma, mode="grid-constant", cval=0.0)
+    out = ndimage.zoom(
+        unit, 1 / factors, order=order, mode="grid-constant", cval=0.0, grid_mode=True
+    )
+    return np.clip(out, 0.0, 1.0, out=out)
+
+
+def _scipy_ndimage() -> ModuleType:
     try:
         from scipy import ndimage
     except ImportError:
-        raise ValueError(f"interp_order {order} needs scipy; orders 0, 1 and 3 do not") from None
-    zoom = (height / im.shape[0], width / im.shape[1], 1.0)
-    out = ndimage.zoom(im, zoom, order=order, mode="nearest", grid_mode=True)
-    return out.astype(np.float32)
+        raise ImportError(
+            "caffe.io.resize_image needs scipy: pip install scipy (or poseidon-caffe[images])"
+        ) from None
+    return ndimage
 
 
 def oversample(images: Sequence[np.ndarray], crop_dims: Sequence[int]) -> np.ndarray:

@@ -247,8 +247,10 @@ class AutogradLayer(Layer):
 
     Forward records a small graph per layer (inputs detached at the layer boundary), so
     backward of layer l never touches layer l-1 and a layer's gradients are final the
-    moment its backward returns - what wait-free backpropagation needs. Subclasses write
-    only `compute(bottoms, params) -> tops` (tensors) and `reshape`.
+    moment its backward returns - what wait-free backpropagation needs. The graph keeps its
+    own outputs, so unlike Caffe's hand-written backwards it never reads a top that a later
+    in-place layer overwrote. Subclasses write only `compute(bottoms, params) -> tops`
+    (tensors) and `reshape`.
     """
 
     def compute(
@@ -261,10 +263,12 @@ class AutogradLayer(Layer):
         xs = [b.data_tensor for b in bottom]
         ps = [b.data_tensor for b in self.blobs]
         if record:
+            # The graph holds the bottoms' memory; an in-place top overwrites it: a copy then.
             xs = [
-                x.detach().requires_grad_(i < len(self.bottom_need_backward)
-                                          and self.bottom_need_backward[i])
-                for i, x in enumerate(xs)
+                (x.clone() if any(t is b for t in top) else x.detach())
+                .requires_grad_(i < len(self.bottom_need_backward)
+                                and self.bottom_need_backward[i])
+                for i, (x, b) in enumerate(zip(xs, bottom))
             ]  # fmt: skip
             ps = [
                 p.detach().requires_grad_(i < len(self.param_propagate_down)

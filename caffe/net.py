@@ -396,6 +396,7 @@ class Net(PycaffeNetMixin, NetWeightsMixin):
         holds a received gradient sum) installs `clear_param_diffs_hook` to zero only the
         other layers; it zeroes the rest itself once their deferred update is applied.
         """
+        self.claim_params_on_device()
         if self.clear_param_diffs_hook is not None:
             self.clear_param_diffs_hook()
             return
@@ -403,7 +404,19 @@ class Net(PycaffeNetMixin, NetWeightsMixin):
 
     def update(self) -> None:
         """data -= diff for every learnable parameter (Caffe's Net::Update)."""
+        self.claim_params_on_device()
         self.param_data.sub_(self.param_diff)
+
+    def claim_params_on_device(self) -> None:
+        """Make the device copy of every learnable blob the newest before the flat buffers
+        are written directly (Caffe's mutable_gpu_data): values a user wrote into a host
+        mirror (`blob.data`, `blob.diff` on CUDA) are taken, and no stale mirror later
+        overwrites what the solver wrote. A no-op on CPU, where there is no mirror."""
+        if self.device.type == "cpu":
+            return
+        for blob in self.learnable_params:
+            blob.data_tensor  # noqa: B018  (the accessor syncs and claims)
+            blob.diff_tensor  # noqa: B018
 
     # ----- callbacks ----------------------------------------------------------------------
     def before_forward(self, callback: LayerCallback) -> None:

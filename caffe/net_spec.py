@@ -11,7 +11,9 @@
 walks the graph back from the requested tops and emits one LayerParameter per layer, in
 dependency order. Keyword routing follows pycaffe exactly: keys ending in "param" go to
 the LayerParameter itself; any other key goes to the type's own `<type>_param` message
-(found by message class name: ConvolutionParameter <=> Convolution), and falls back to
+(found by message class name: ConvolutionParameter <=> Convolution, or, for the types
+that borrow another type's message, from SHARED_PARAM_NAMES: Deconvolution and Im2col take
+convolution_param, LSTM and RNN recurrent_param), and falls back to
 the LayerParameter when that message has no such field (`loss_weight`, `include`,
 `name`, ...). Lists are repeated fields, dicts sub-messages, and a scalar given for a
 repeated field is wrapped in a list.
@@ -26,15 +28,25 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from caffe.proto import caffe_pb2
 
-__all__ = ["Function", "L", "NetSpec", "P", "Top", "layers", "params", "to_proto"]
+__all__ = [
+    "SHARED_PARAM_NAMES",
+    "Function",
+    "L",
+    "NetSpec",
+    "P",
+    "Top",
+    "layers",
+    "params",
+    "to_proto",
+]
 
 
 def param_name_dict() -> dict[str, str]:
     """Layer type -> prefix of its parameter field, by message class name.
 
     `convolution_param` holds a ConvolutionParameter, so "Convolution" -> "convolution".
-    Types that share another type's message (Deconvolution) have no entry: pass their
-    parameters as an explicit `convolution_param=dict(...)`.
+    Types that share another type's message (Deconvolution) have no entry here, as in
+    pycaffe; SHARED_PARAM_NAMES adds them for keyword routing.
     """
     names = {}
     for field in caffe_pb2.LayerParameter.DESCRIPTOR.fields:
@@ -46,7 +58,16 @@ def param_name_dict() -> dict[str, str]:
     return names
 
 
-_PARAM_NAMES = param_name_dict()
+# Layer types with no message of their own, and the type whose message they read. pycaffe
+# has no such table, so its L.Deconvolution(x, num_output=...) fails in to_proto; with it the
+# flat form writes convolution_param, as pycaffe's coord_map already reads it.
+SHARED_PARAM_NAMES = {
+    "Deconvolution": "convolution",
+    "Im2col": "convolution",
+    "LSTM": "recurrent",
+    "RNN": "recurrent",
+}
+_PARAM_NAMES = param_name_dict() | SHARED_PARAM_NAMES
 
 
 def _coerce_scalar(message: Any, name: str, value: Any) -> Any:

@@ -22,6 +22,15 @@ PS, the paper's baseline) does the same and also starts sending only after the w
 backward pass. Layers whose parameters are shared with a later layer are synced at
 `on_gradients_ready` too: their gradient is final only after the whole backward.
 
+Note [caller's hooks]. pycaffe's multi-GPU flow (BVLC's python/train.py) registers the
+syncer itself: `solver.add_callback(nccl)` and, with layer_wise_reduce, `net.after_backward(
+nccl)`; rank 0's weights go out when the script calls `nccl.bcast()`. caffe.NCCL therefore
+builds a PoseidonSync with hooks=False that registers only its pass counter and forwards
+those calls. Its arithmetic is Caffe's NCCL: gradients are summed over the workers through
+the KV-store shards, layer by layer as backward finishes (or all at on_gradients_ready when
+the script does not forward after_backward), scaled by 1/P1 once every layer has arrived,
+and the solver updates at once; no update is deferred into the next forward.
+
 Every worker runs the same update on the same mean gradient, so parameters and solver
 history stay identical everywhere; rank 0 alone tests, displays and snapshots.
 """
@@ -52,7 +61,7 @@ from caffe.errors import CaffeError, DistributedError
 from caffe.sufficient_factors import FactorCollector
 from caffe.sync_layout import SyncLayer, sync_layout
 from caffe.sync_staging import GradientStaging, to_host_async
-from poseidon import _C
+from poseidon import _C, rendezvous
 from poseidon.config import SettingError
 from poseidon.plan import layer_spec
 from poseidon.timeline import Timeline
@@ -115,7 +124,11 @@ class LayerSyncer:
 
 
 class PoseidonSync:
-    """Attach to `solver`; `worker` is a connected `poseidon._C.Worker`."""
+    """Attach to `solver`; `worker` is a connected `poseidon._C.Worker`.
+
+    `hooks=False` (pycaffe's caffe.NCCL): the caller forwards the solver's on_start and
+    on_gradients_ready and, layer-wise, the net's after_backward, as Caffe's NCCL object
+    receives them; updates are then immediate, as in Caffe (see Note [caller's hooks])."""
 
     @comm_errors
     def __init__(
@@ -127,6 +140,7 @@ class PoseidonSync:
         force_scheme: str = "auto",
         broadcast_weights: bool = True,
         layer_schemes: dict[str, str] | None = None,
+        hooks: bool = True,
     ) -> None:
         if mode not in SYNC_MODES:
             raise ValueError(f"sync mode {mode!r}: want one of {', '.join(SYNC_MODES)}")
@@ -139,11 +153,13 @@ class PoseidonSync:
         self.rank = worker.rank
         self.iter_size = max(1, int(solver.param.iter_size))
         clip = solver.param.clip_gradients
-        self.deferred = mode != "ps-nooverlap" and not clip > 0
+        self.hooks = hooks
+        self.deferred = hooks and mode != "ps-nooverlap" and not clip > 0
         self.pass_index = 0
         self.pending_rate: float | None = None
         self.started = False
-        self.shard: ColocatedShard | None = None  # set by attach_from_environment
+        self.shard: ColocatedShard | None = None  # set by join
+        self.coordinator: rendezvous.CoordinatorThread | None = None  # set by join_uid (rank 0)
         self.worker_timeout_s = 60.0
         # False only where every worker provably starts from the same weights (the compute
         # replay's placeholders): the first step then skips rank 0's broadcast.
@@ -217,10 +233,14 @@ class PoseidonSync:
 
     def _attach(self) -> None:
         net, solver = self.net, self.solver
+        # Counts the iter_size passes (a layer is sent after its last one) in every mode.
         net.before_forward(self._before_forward)
-        net.after_backward(self._after_backward)
+        if self.hooks:
+            net.after_backward(self.after_backward)
         if self.timeline is not None:
             attach_compute_timeline(self.net, self.timeline, lambda: self.solver.iter)
+        if not self.hooks:
+            return  # Note [caller's hooks]
         net.clear_param_diffs_hook = self._clear_param_diffs
         solver.add_callback(self.on_start, self.on_gradients_ready)
         solver.flush_hook = self.flush
@@ -237,9 +257,17 @@ class PoseidonSync:
         self.pass_index = 0
 
     @comm_errors
+    def bcast(self) -> None:
+        """Rank 0's parameters to every worker, now (Caffe's NCCL::Broadcast)."""
+        self.started = True
+        self._broadcast_initial_weights()
+
+    @comm_errors
     def on_gradients_ready(self) -> None:
         for s in self.syncers:
-            if s.late or self.mode == "ps-nooverlap":
+            # Driven by the caller, a layer whose after_backward it did not forward (Caffe's
+            # layer_wise_reduce off, or no `net.after_backward(nccl)`) goes now.
+            if s.late or self.mode == "ps-nooverlap" or not (self.hooks or s.pending):
                 self._submit(s)
         if not self.deferred:
             for s in self.syncers:
@@ -274,7 +302,8 @@ class PoseidonSync:
             self._complete(syncer)
 
     @comm_errors
-    def _after_backward(self, layer_index: int) -> None:
+    def after_backward(self, layer_index: int) -> None:
+        """Layer `layer_index`'s backward is done: send its gradient (WFBP)."""
         if self.mode == "ps-nooverlap" or self.pass_index < self.iter_size:
             return
         syncer = self.by_index.get(layer_index)
@@ -415,11 +444,22 @@ class PoseidonSync:
                 self.worker.abort(f"worker {self.rank} failed: {error}")
             if self.shard is not None:
                 self.shard.stop(f"worker {self.rank} failed")
+            if self.coordinator is not None:
+                # The coordinator holds the reason now. Its teardown waits for every node to
+                # close, this process's worker too: shutting down an aborted worker closes it
+                # at once.
+                self.coordinator.abort(f"worker {self.rank} failed: {error}", wait_s=0.0)
+                with contextlib.suppress(poseidon.CommError):
+                    self.worker.shutdown()
+                self.coordinator.join(5.0)
         else:
             self.flush()
             self.worker.shutdown()
             if self.shard is not None:
                 self.shard.join(self.worker_timeout_s)
+            if self.coordinator is not None and not self.coordinator.join(self.worker_timeout_s):
+                raise DistributedError(f"coordinator still running {self.worker_timeout_s:.0f}s "
+                                       "after every worker shut down")  # fmt: skip
         if self.comm_thread is not None:
             self.comm_thread.shutdown(wait=False)
         if self.timeline is not None:
@@ -487,7 +527,6 @@ def attach_from_environment(solver, broadcast_weights: bool = True) -> PoseidonS
     (POSEIDON_SYNC=allreduce: the DDP-style baseline of caffe/allreduce_sync.py instead).
     `broadcast_weights=False`: every worker starts from identical weights by construction
     (the compute replay), so rank 0's are not sent at the first step."""
-    global _colocated_shards
     config = worker_config()
     if config.sync == "allreduce":
         timeline = None
@@ -497,6 +536,16 @@ def attach_from_environment(solver, broadcast_weights: bool = True) -> PoseidonS
             solver, _rendezvous(config), timeline, bucket_cap_bytes=config.bucket_cap_bytes,
             first_bucket_bytes=config.first_bucket_bytes,
         )  # fmt: skip
+    return join(solver, config, broadcast_weights=broadcast_weights)
+
+
+@comm_errors
+def join(
+    solver, config: poseidon.Config, broadcast_weights: bool = True, hooks: bool = True
+) -> PoseidonSync:
+    """Connect this worker (and its colocated shard) to the job `config` describes and
+    attach a PoseidonSync to `solver`."""
+    global _colocated_shards
     native = config.to_native()
     if config.colocate:
         _colocated_shards = min(config.num_workers, config.num_servers)
@@ -510,12 +559,73 @@ def attach_from_environment(solver, broadcast_weights: bool = True) -> PoseidonS
         if config.timeline:
             timeline = Timeline(config.timeline, config.rank, config.num_workers)
         sync = PoseidonSync(solver, worker, config.sync, timeline, config.scheme,
-                            broadcast_weights, config.layer_schemes)  # fmt: skip
+                            broadcast_weights, config.layer_schemes, hooks)  # fmt: skip
     except BaseException:
         if shard is not None:
             shard.stop("worker failed to join the job")
         raise
     sync.shard = shard
+    return sync
+
+
+# ----- caffe.NCCL: a job that the training processes start among themselves ----------------
+
+
+def new_uid() -> bytes:
+    """caffe.NCCL.new_uid(): where rank 0's coordinator will listen, and a fresh token."""
+    return rendezvous.new_uid()
+
+
+def join_uid(solver, uid: bytes, rank: int, count: int) -> PoseidonSync:
+    """caffe.NCCL(solver, uid) for solver `rank` of `count`: rank 0 starts the coordinator
+    at the uid's address; every rank runs its KV-store shard (P2 = P1, the paper's layout)
+    and joins. Layers go through the PS (Caffe's all-reduce arithmetic), driven by the
+    caller's hooks. Other settings (timeouts, chunk size, timeline) come from POSEIDON_*."""
+    try:
+        session = rendezvous.Uid.parse(uid)
+    except ValueError as e:
+        raise CaffeError(f"caffe.NCCL: {e}") from None
+    if not 0 <= rank < count:
+        raise CaffeError(f"caffe.NCCL: solver rank {rank} with solver count {count} (want "
+                         "0 <= rank < count: call caffe.set_solver_count/set_solver_rank "
+                         "before building the solver)")  # fmt: skip
+    try:
+        config = poseidon.Config.from_env(
+            role="worker", rank=rank, num_workers=count, num_servers=count,
+            coordinator=session.address, token=session.token, transport="tcp", listen="",
+            colocate=True, sync="wfbp", scheme="ps", layer_schemes={},
+        )  # fmt: skip
+    except SettingError as e:
+        raise CaffeError(f"caffe.NCCL settings: {e}") from None
+    who = f"caffe.NCCL rank {rank} of {count}"
+    coordinator = None
+    if rank == 0:
+        try:
+            coordinator = rendezvous.CoordinatorThread.start(config)
+        except poseidon.CommError as e:
+            raise DistributedError(
+                f"{who}: cannot start the coordinator at {session.address}, the uid's "
+                f"address: {e} (make a fresh uid with caffe.NCCL.new_uid())"
+            ) from None
+    failure = ""
+    try:
+        sync = join(solver, config, broadcast_weights=False, hooks=False)
+    except DistributedError as e:
+        failure = str(e)
+    except BaseException:
+        if coordinator is not None:
+            coordinator.abort(f"{who} failed to join")
+        raise
+    if failure:
+        # Out of the except block: the failed worker is gone, so the coordinator's
+        # teardown does not wait for its connection to close.
+        if coordinator is not None:
+            coordinator.abort(f"{who} failed to join: {failure}")
+        hint = "" if rank == 0 else " (rank 0 starts it in caffe.NCCL(solver, uid))"
+        raise DistributedError(
+            f"{who}: joining the job of coordinator {session.address}{hint} failed: {failure}"
+        )
+    sync.coordinator = coordinator
     return sync
 
 

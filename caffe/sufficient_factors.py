@@ -27,8 +27,9 @@ class FactorCollector:
         self._parts: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def __call__(self, top_diff: torch.Tensor, bottom_data: torch.Tensor) -> None:
-        # Engine tensors are never modified in place once published, so holding them is safe.
-        self._parts.append((top_diff, bottom_data))
+        # Copies: these are views of the blobs' memory, which the next pass (iter_size > 1)
+        # overwrites before pack() runs.
+        self._parts.append((top_diff.clone(), bottom_data.clone()))
 
     def max_floats(self, rows_per_pass: int, passes: int) -> int:
         return rows_per_pass * passes * (self.num_output + self.num_inputs)

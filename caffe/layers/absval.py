@@ -1,6 +1,6 @@
 """AbsVal: y = |x|; dy/dx = sign(x) (0 at 0, as Caffe's caffe_cpu_sign).
 
-Caffe refuses in-place AbsVal; here the input is kept from forward, so in place works too.
+Caffe refuses in-place AbsVal; here a copy of the input is kept, so in place works too.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from caffe.neuron_layer import NeuronLayer
 
 @register_layer("AbsVal")
 class AbsValLayer(NeuronLayer):
-    def activate(self, x):
-        return torch.abs(x)
+    def activate(self, x, out):
+        torch.abs(x, out=out)
 
-    def gradient(self, x, y, dy):
-        return dy * torch.sign(x)
+    def gradient(self, x, y, dy, out):
+        torch.mul(dy, torch.sign(x), out=out)

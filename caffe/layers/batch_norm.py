@@ -12,8 +12,9 @@ no solver ever changes them. No γ/β here; nets follow BatchNorm with a Scale l
   (both 0 when factor is 0).
 
 The blobs are parameter blobs (views into the net's flat buffer), so the update writes
-their tensors in place. Backward keeps the input and per-channel statistics rather than
-the output, which a following in-place Scale replaces.
+their tensors in place. Backward keeps the input (a copy when run in place, where the output
+overwrites it) and per-channel statistics; like Caffe's x_norm_ cache it never reads the
+top, which a following in-place Scale overwrites.
 """
 
 from __future__ import annotations
@@ -91,9 +92,13 @@ class BatchNormLayer(Layer):
             var, mean = torch.var_mean(x, dim=(0, 2), correction=0)
             self._update_statistics(mean, var, x.shape[0] * x.shape[2])
         inv_std = torch.rsqrt(var + self.eps)
-        y = (x - mean[:, None]) * inv_std[:, None]
-        self._saved = (x, mean, inv_std, self.use_global_stats)
-        top[0].set_data(y.view(bottom[0].shape_tuple))
+        if top[0] is bottom[0] and self.need_backward and not self.use_global_stats:
+            x_kept = x.clone()  # in place the write below overwrites x, which backward needs
+        else:
+            x_kept = x
+        self._saved = (x_kept, mean, inv_std, self.use_global_stats)
+        y = self._as_3d(top[0].data_tensor)
+        torch.sub(x, mean[:, None], out=y).mul_(inv_std[:, None])
 
     def _update_statistics(self, mean: torch.Tensor, var: torch.Tensor, m: int) -> None:
         maf = self.moving_average_fraction

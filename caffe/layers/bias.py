@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from caffe.blob import Blob
 from caffe.fillers import fill
 from caffe.layer import Layer, register_layer
@@ -76,9 +78,9 @@ class BiasLayer(Layer):
 
     def forward(self, bottom, top):
         outer, dim, inner = self.geometry
-        x = bottom[0].data_tensor.reshape(outer, dim, inner)
+        x = bottom[0].data_tensor.view(outer, dim, inner)
         b = self._operand(bottom).data_tensor.reshape(1, dim, 1)
-        top[0].set_data((x + b).view(bottom[0].shape_tuple))
+        torch.add(x, b, out=top[0].data_tensor.view(outer, dim, inner))
 
     def backward(self, top, propagate_down, bottom):
         dy = top[0].diff_tensor
@@ -90,5 +92,5 @@ class BiasLayer(Layer):
                 bottom[1].set_diff(grad.reshape(bottom[1].shape_tuple))
             else:
                 self.blobs[0].diff_tensor.add_(grad.reshape(self.blobs[0].shape_tuple))
-        if propagate_down[0] and top[0] is not bottom[0]:
-            bottom[0].set_diff(dy.clone())  # a copy: diffs of distinct blobs never alias
+        if propagate_down[0]:
+            bottom[0].set_diff(dy)  # a copy (in place: the same memory, nothing to do)

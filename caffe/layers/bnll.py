@@ -1,7 +1,7 @@
 """BNLL (binomial normal log likelihood): y = log(1 + e^x), computed without overflow.
 
-dy/dx = sigmoid(x) = 1 − e^−y, so backward needs only the output; expm1 keeps it exact
-where sigmoid(x) is tiny (y ≈ e^x for very negative x).
+dy/dx = sigmoid(x), from the input as Caffe computes it (e^x / (e^x + 1)); in place a copy
+of the input is kept (Caffe would read the overwritten values there).
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ from caffe.neuron_layer import NeuronLayer
 
 @register_layer("BNLL")
 class BNLLLayer(NeuronLayer):
-    keeps_input = False
-
-    def activate(self, x):
+    def activate(self, x, out):
         # logaddexp(x, 0) = max(x, 0) + log1p(e^−|x|): stable for any x.
-        return torch.logaddexp(x, torch.zeros((), dtype=x.dtype, device=x.device))
+        torch.logaddexp(x, torch.zeros((), dtype=x.dtype, device=x.device), out=out)
 
-    def gradient(self, x, y, dy):
-        return dy * -torch.expm1(-y)
+    def gradient(self, x, y, dy, out):
+        torch.mul(dy, torch.sigmoid(x), out=out)

@@ -1,5 +1,6 @@
 """Clip: y = min(max(x, min), max); the gradient passes where min ≤ x ≤ max (bounds
-included, as Caffe). The input is kept: the output cannot tell a clipped x from a bound."""
+included, as Caffe). The input is needed: the output cannot tell a clipped x from a bound
+(in place, a copy is kept; Caffe would read the clipped values there)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ class ClipLayer(NeuronLayer):
             raise self.error(f"clip_param.min ({p.min}) must not exceed max ({p.max})")
         self.min, self.max = float(p.min), float(p.max)
 
-    def activate(self, x):
-        return torch.clamp(x, self.min, self.max)
+    def activate(self, x, out):
+        torch.clamp(x, self.min, self.max, out=out)
 
-    def gradient(self, x, y, dy):
+    def gradient(self, x, y, dy, out):
         inside = (x >= self.min) & (x <= self.max)
-        return dy * inside
+        torch.mul(dy, inside, out=out)

@@ -38,14 +38,19 @@ class ConcatLayer(Layer):
             total += shape[self.axis]
         self.sizes = [blob.shape[self.axis] for blob in bottom]
         top[0].reshape([*first[: self.axis], total, *first[self.axis + 1 :]])
+        if len(bottom) == 1:  # one input: the bottom's memory, as Caffe does
+            top[0].share_data(bottom[0])
+            top[0].share_diff(bottom[0])
 
     def forward(self, bottom, top):
         if len(bottom) == 1:
-            top[0].set_data(bottom[0].data_tensor)  # one input: share it, as Caffe does
             return
-        top[0].set_data(torch.cat([blob.data_tensor for blob in bottom], dim=self.axis))
+        inputs = [blob.data_tensor for blob in bottom]
+        torch.cat(inputs, dim=self.axis, out=top[0].data_tensor)
 
     def backward(self, top, propagate_down, bottom):
+        if len(bottom) == 1:
+            return
         pieces = torch.split(top[0].diff_tensor, self.sizes, dim=self.axis)
         for piece, down, blob in zip(pieces, propagate_down, bottom):
             if down:

@@ -26,20 +26,19 @@ class DropoutLayer(NeuronLayer):
     def training(self) -> bool:
         return self.phase == caffe_pb2.TRAIN
 
-    def forward(self, bottom, top):
-        self._in_place = top[0] is bottom[0]
-        super().forward(bottom, top)
-
-    def activate(self, x):
+    def activate(self, x, out):
         if not self.training:
             self._mask = None
-            # A copy, as Caffe: the top must not alias the bottom unless it is the bottom.
-            return x if self._in_place else x.clone()
+            if out is not x:
+                out.copy_(x)  # a copy, as Caffe: distinct blobs never share memory
+            return
         # One fused kernel draws the mask (kept as bool) and scales the kept inputs.
         y, self._mask = torch.native_dropout(x, self.ratio, True)
-        return y
+        out.copy_(y)
 
-    def gradient(self, x, y, dy):
+    def gradient(self, x, y, dy, out):
         if self._mask is None:
-            return dy if self._in_place else dy.clone()
-        return torch.ops.aten.native_dropout_backward(dy, self._mask, self.scale)
+            if out is not dy:
+                out.copy_(dy)
+            return
+        out.copy_(torch.ops.aten.native_dropout_backward(dy, self._mask, self.scale))

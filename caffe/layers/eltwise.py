@@ -2,7 +2,8 @@
 
 Backward: SUM scales the top gradient by each coefficient; PROD gives each bottom the
 top gradient times the product of the other bottoms (or top / bottom when
-stable_prod_grad is false, Caffe's faster but zero-unsafe form); MAX routes the top
+stable_prod_grad is false, Caffe's faster but zero-unsafe form, with the top's data at
+backward time as Caffe reads it); MAX routes the top
 gradient to the bottom that won, ties going as in Caffe's forward (between bottoms 0
 and 1 to bottom 1, later ties to the earlier bottom).
 """
@@ -45,49 +46,63 @@ class EltwiseLayer(Layer):
 
     def forward(self, bottom, top):
         xs = [blob.data_tensor for blob in bottom]
+        y = top[0].data_tensor  # bottom 0's memory when in place
+        # PROD's gradient reads the bottoms' data: in place, keep a copy of bottom 0's.
+        in_place = top[0] is bottom[0] and self.op == Op.PROD and self.need_backward
+        self._first = xs[0].clone() if in_place else None
         if self.op == Op.SUM:
             c = self.coeffs
-            y = torch.add(xs[0] if c[0] == 1 else xs[0] * c[0], xs[1], alpha=c[1])
+            if c[0] == 1:
+                torch.add(xs[0], xs[1], alpha=c[1], out=y)
+            else:
+                torch.mul(xs[0], c[0], out=y).add_(xs[1], alpha=c[1])
             for x, coeff in zip(xs[2:], c[2:]):
                 y.add_(x, alpha=coeff)
         elif self.op == Op.PROD:
-            y = xs[0] * xs[1]
+            torch.mul(xs[0], xs[1], out=y)
             for x in xs[2:]:
                 y.mul_(x)
         else:
-            y, winner = self._max(xs)
-            self._winner = winner
-        top[0].set_data(y)
+            self._winner = self._max(xs, y)
 
     @staticmethod
-    def _max(xs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _max(xs: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
+        """Write the maximum into y; return the winning bottom per element."""
         winner = (xs[0] <= xs[1]).to(torch.uint8)  # strict > keeps bottom 0
-        y = torch.maximum(xs[0], xs[1])
+        torch.maximum(xs[0], xs[1], out=y)
         for index, x in enumerate(xs[2:], start=2):
             better = x > y
-            y = torch.where(better, x, y)
+            torch.where(better, x, y, out=y)
             winner = torch.where(better, index, winner).to(torch.uint8)
-        return y, winner
+        return winner
 
     def backward(self, top, propagate_down, bottom):
         dy = top[0].diff_tensor
-        for i, (blob, down) in enumerate(zip(bottom, propagate_down)):
-            if not down:
+        # Bottom 0 last: in place its diff is dy's memory, which the others still read.
+        for i in reversed(range(len(bottom))):
+            blob = bottom[i]
+            if not propagate_down[i]:
                 continue
             if self.op == Op.SUM:
-                # A coefficient of 1 passes the top's gradient through without a copy.
-                blob.set_diff(dy if self.coeffs[i] == 1 else dy * self.coeffs[i])
+                if self.coeffs[i] == 1:
+                    blob.set_diff(dy)  # a copy (in place: the same memory, nothing to do)
+                else:
+                    torch.mul(dy, self.coeffs[i], out=blob.diff_tensor)
             elif self.op == Op.PROD:
-                blob.set_diff(dy * self._others_product(bottom, i, top))
+                torch.mul(dy, self._others_product(bottom, i, top), out=blob.diff_tensor)
             else:
-                blob.set_diff(dy * (self._winner == i))
+                torch.mul(dy, self._winner == i, out=blob.diff_tensor)
+
+    def _data(self, bottom, j: int) -> torch.Tensor:
+        first = getattr(self, "_first", None)
+        return first if j == 0 and first is not None else bottom[j].data_tensor
 
     def _others_product(self, bottom, i: int, top) -> torch.Tensor:
         if not self.stable_prod_grad:
-            return top[0].data_tensor / bottom[i].data_tensor
-        others = [blob.data_tensor for j, blob in enumerate(bottom) if j != i]
+            return top[0].data_tensor / self._data(bottom, i)
+        others = [self._data(bottom, j) for j in range(len(bottom)) if j != i]
         if len(others) == 1:
-            return others[0]  # only read: the caller multiplies into a new tensor
+            return others[0]  # only read: the caller multiplies it into the bottom's diff
         product = others[0] * others[1]
         for x in others[2:]:
             product.mul_(x)

@@ -1,7 +1,9 @@
 """ELU: y = x for x > 0, α·(e^x − 1) otherwise; dy/dx = 1 or y + α.
 
-For α ≥ 0 the output's sign is the input's, so backward reads only the output (in place
-works without keeping x); a negative α makes y > 0 possible for x ≤ 0, so x is kept then.
+Backward reads as Caffe does: the sign test from the bottom's data, y from the top's data
+at backward time (a later in-place layer's values if one overwrote it). In place, the
+bottom is the top, so the test reads y too - the same for α ≥ 0, where y's sign is x's; a
+negative α makes y > 0 possible for x ≤ 0, so a copy of x is kept then.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ class ELULayer(NeuronLayer):
         self.alpha = float(self.layer_param.elu_param.alpha)
         self.keeps_input = self.alpha < 0
 
-    def activate(self, x):
-        return torch.where(x > 0, x, torch.expm1(x) * self.alpha)
+    def activate(self, x, out):
+        torch.where(x > 0, x, torch.expm1(x) * self.alpha, out=out)
 
-    def gradient(self, x, y, dy):
+    def gradient(self, x, y, dy, out):
         positive = (x if x is not None else y) > 0
-        return torch.where(positive, dy, dy * (y + self.alpha))
+        torch.where(positive, dy, dy * (y + self.alpha), out=out)

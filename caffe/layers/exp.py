@@ -1,4 +1,5 @@
-"""Exp: y = base^(shift + scale·x), base −1 meaning e; dy/dx = y·scale·ln(base)."""
+"""Exp: y = base^(shift + scale·x), base −1 meaning e; dy/dx = y·scale·ln(base), y read from
+the top at backward time (as Caffe: a later in-place layer's values if one overwrote it)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,16 @@ class ExpLayer(NeuronLayer):
         self.inner_scale = log_base * p.scale
         self.outer_scale = 1.0 if p.shift == 0 else math.exp(log_base * p.shift)
 
-    def activate(self, x):
-        y = torch.exp(x * self.inner_scale if self.inner_scale != 1 else x)
-        return y * self.outer_scale if self.outer_scale != 1 else y
+    def activate(self, x, out):
+        if self.inner_scale != 1:
+            torch.mul(x, self.inner_scale, out=out)
+            out.exp_()
+        else:
+            torch.exp(x, out=out)
+        if self.outer_scale != 1:
+            out.mul_(self.outer_scale)
 
-    def gradient(self, x, y, dy):
-        return dy * y * self.inner_scale
+    def gradient(self, x, y, dy, out):
+        torch.mul(dy, y, out=out)
+        if self.inner_scale != 1:
+            out.mul_(self.inner_scale)

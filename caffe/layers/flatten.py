@@ -27,10 +27,11 @@ class FlattenLayer(Layer):
         if end < start:
             raise self.error(f"end_axis {p.end_axis} comes before axis {p.axis} in bottom {shape}")
         top[0].reshape([*shape[:start], math.prod(shape[start : end + 1]), *shape[end + 1 :]])
+        top[0].share_data(bottom[0])  # one memory, as Caffe's ShareData/ShareDiff
+        top[0].share_diff(bottom[0])
 
     def forward(self, bottom, top):
-        top[0].set_data(bottom[0].data_tensor.view(top[0].shape_tuple))
+        """The top is the bottom's memory: nothing to compute."""
 
     def backward(self, top, propagate_down, bottom):
-        if propagate_down[0]:
-            bottom[0].set_diff(top[0].diff_tensor.view(bottom[0].shape_tuple))
+        """The top's diff is the bottom's: nothing to compute."""

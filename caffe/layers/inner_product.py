@@ -60,17 +60,18 @@ class InnerProductLayer(Layer):
         top[0].reshape([*shape[: self.axis], self.num_output])
 
     def forward(self, bottom, top):
-        x = bottom[0].data_tensor.reshape(self.M, self.K)
+        x = bottom[0].data_tensor.view(self.M, self.K)
         w = self.blobs[0].data_tensor
+        w = w if self.transpose else w.t()
+        y = top[0].data_tensor.view(self.M, self.num_output)
         if self.bias_term:
-            y = torch.addmm(self.blobs[1].data_tensor, x, w if self.transpose else w.t())
+            torch.addmm(self.blobs[1].data_tensor, x, w, out=y)
         else:
-            y = x @ (w if self.transpose else w.t())
-        top[0].set_data(y.view(top[0].shape_tuple))
+            torch.mm(x, w, out=y)
 
     def backward(self, top, propagate_down, bottom):
-        dy = top[0].diff_tensor.reshape(self.M, self.num_output)
-        x = bottom[0].data_tensor.reshape(self.M, self.K)
+        dy = top[0].diff_tensor.view(self.M, self.num_output)
+        x = bottom[0].data_tensor.view(self.M, self.K)
         if self.sufficient_factor_sink is not None:
             self.sufficient_factor_sink(dy, x)
         else:
@@ -80,8 +81,8 @@ class InnerProductLayer(Layer):
                 self.blobs[1].diff_tensor.add_(dy.sum(dim=0))
         if propagate_down[0]:
             w = self.blobs[0].data_tensor
-            dx = dy @ (w.t() if self.transpose else w)
-            bottom[0].set_diff(dx.view(bottom[0].shape_tuple))
+            dx = bottom[0].diff_tensor.view(self.M, self.K)
+            torch.mm(dy, w.t() if self.transpose else w, out=dx)
 
     # ----- sufficient factors (caffe/parallel.py, SFB) ----------------------------------------
     def comm_shape(self, bottom) -> CommShape:

@@ -1,5 +1,6 @@
 """Log: y = log_base(shift + scale·x), base −1 meaning e; dy/dx = scale / (ln(base)·(shift +
-scale·x)). The derivative needs the input, so it is kept from forward (in place works)."""
+scale·x)). The derivative needs the input: in place a copy of it is kept (Caffe would read
+the overwritten values there)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ class LogLayer(NeuronLayer):
     def _inner(self, x):
         return x * self.scale + self.shift if (self.scale, self.shift) != (1, 0) else x
 
-    def activate(self, x):
-        y = torch.log(self._inner(x))
-        return y * self.base_scale if self.base_scale != 1 else y
+    def activate(self, x, out):
+        torch.log(self._inner(x), out=out)
+        if self.base_scale != 1:
+            out.mul_(self.base_scale)
 
-    def gradient(self, x, y, dy):
-        return dy * (self.scale * self.base_scale) / self._inner(x)
+    def gradient(self, x, y, dy, out):
+        torch.div(dy * (self.scale * self.base_scale), self._inner(x), out=out)

@@ -8,8 +8,12 @@ scale = 1 + (α/n²)·Σ x² over an n×n spatial window (zero-padded; k is not 
 
 Both are one "window mean" M (a zero-padded average pooling whose divisor is always n
 or n², because the windows never pass the padding) and the same gradient:
-    dx = dy·scale^(−β) − 2αβ · x · M(dy · x · scale^(−β) / scale)
+    dx = dy·scale^(−β) − 2αβ · x · M(dy · y / scale),   y = x · scale^(−β)
 (M is its own adjoint: the window is symmetric and the divisor constant).
+As Caffe, ACROSS_CHANNELS reads y from the top's data at backward time - a later in-place
+layer's values if one overwrote the blob (LRN → in-place ReLU) - while WITHIN_CHANNEL,
+which Caffe composes from inner layers, uses its own y. x is the bottom's data; in place a
+copy of it is kept (Caffe would read the overwritten values there).
 """
 
 from __future__ import annotations
@@ -60,9 +64,12 @@ class LRNLayer(Layer):
     def forward(self, bottom, top):
         x = bottom[0].data_tensor
         scale, power = self._scale_and_power(x)
-        top[0].set_data(x * power)
-        # x is kept too: an in-place top would otherwise replace it before backward.
-        self._saved = (x, scale, power) if self.need_backward else None
+        if not self.need_backward:
+            self._saved = None
+        else:
+            # In place the write below overwrites x, which backward needs: keep a copy.
+            self._saved = (x.clone() if top[0] is bottom[0] else x, scale, power)
+        torch.mul(x, power, out=top[0].data_tensor)
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
@@ -71,7 +78,8 @@ class LRNLayer(Layer):
             x = bottom[0].data_tensor
             self._saved = (x, *self._scale_and_power(x))
         x, scale, power = self._saved
-        scaled_dy = top[0].diff_tensor * power
-        inner = self._window_mean(scaled_dy * x / scale)
-        dx = torch.addcmul(scaled_dy, x, inner, value=-2 * self.alpha * self.beta)
-        bottom[0].set_diff(dx)
+        dy = top[0].diff_tensor
+        y = top[0].data_tensor if self.across else x * power
+        inner = self._window_mean(dy * y / scale)
+        torch.addcmul(dy * power, x, inner, value=-2 * self.alpha * self.beta,
+                      out=bottom[0].diff_tensor)  # fmt: skip

@@ -4,7 +4,8 @@ standard deviation. Note eps is added to the std, not the variance (Caffe's choi
 
 Backward, as Caffe: dx = (dy − mean(dy) − y·mean(dy·y)) / (std + eps) - the exact gradient
 of (x − mean)/std, with eps only in the divisor - or dx = dy − mean(dy) without variance
-normalization. y and std are kept from forward, so in place works."""
+normalization. std is kept from forward; y is the top's data at backward time, as Caffe
+reads it (a later in-place layer's values if one overwrote the blob)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,6 @@ class MVNLayer(Layer):
             y = (x - mean) / self._std
         else:
             y = x - x.mean(dim=1, keepdim=True)
-        self._output = y
         top[0].set_data(y.view(bottom[0].shape_tuple))
 
     def backward(self, top, propagate_down, bottom):
@@ -53,7 +53,7 @@ class MVNLayer(Layer):
         dy = top[0].diff_tensor.reshape(self._rows, self._row_size)
         centered = dy - dy.mean(dim=1, keepdim=True)
         if self.normalize_variance:
-            y = self._output
+            y = top[0].data_tensor.reshape(self._rows, self._row_size)
             dx = (centered - y * (dy * y).mean(dim=1, keepdim=True)) / self._std
         else:
             dx = centered

@@ -25,8 +25,9 @@ class ParameterLayer(Layer):
         """The shape is fixed at setup."""
 
     def forward(self, bottom, top):
-        # The top aliases the parameter (Caffe's ShareData); a consumer never writes it.
-        top[0].set_data(self.blobs[0].data_tensor)
+        # The top is the parameter's memory (Caffe's ShareData), which the Net moves into
+        # its parameter buffer after setup: share it at every forward.
+        top[0].share_data(self.blobs[0])
 
     def backward(self, top, propagate_down, bottom):
         if self.param_propagate_down[0]:

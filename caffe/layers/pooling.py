@@ -138,17 +138,22 @@ class PoolingLayer(Layer):
                 top[0].set_data(self._stochastic.forward_test(x))
             return
         x_in, pad, ceil_mode = self._pool_input(x)
+        y = top[0].data_tensor
         if self.method == Pool.MAX:
-            y, self._argmax = torch.ops.aten.max_pool2d_with_indices(
-                x_in, self.kernel, self.stride, pad, NO_DILATION, ceil_mode
+            argmax = self._argmax
+            if argmax is None or argmax.shape != y.shape or argmax.device != y.device:
+                self._argmax = argmax = torch.empty(y.shape, dtype=torch.long, device=y.device)
+            torch.ops.aten.max_pool2d_with_indices.out(
+                x_in, self.kernel, self.stride, pad, NO_DILATION, ceil_mode, out=y, indices=argmax
             )
             if self.explicit_pads is not None:
-                y = y.clamp(min=-FLT_MAX)  # a window wholly outside the image: Caffe's -FLT_MAX
-            top[0].set_data(y)
+                y.clamp_(min=-FLT_MAX)  # a window wholly outside the image: Caffe's -FLT_MAX
             if len(top) > 1:
                 top[1].set_data(self._mask(x, x_in))
         elif self.explicit_pads is None:
-            top[0].set_data(F.avg_pool2d(x_in, self.kernel, self.stride, pad, ceil_mode, True))
+            torch.ops.aten.avg_pool2d.out(
+                x_in, self.kernel, self.stride, pad, ceil_mode, True, None, out=y
+            )
         else:
             sums = F.avg_pool2d(x_in, self.kernel, self.stride, 0, False, True, 1)
             top[0].set_data(sums / self._divisor(x))
@@ -168,21 +173,27 @@ class PoolingLayer(Layer):
                 bottom[0].set_diff(self._stochastic.backward_test(dy, x))
             return
         x_in, pad, ceil_mode = self._pool_input(x)
+        if self.explicit_pads is None:  # the usual case: straight into the bottom's diff
+            dx = bottom[0].diff_tensor
+            if self.method == Pool.MAX:
+                torch.ops.aten.max_pool2d_with_indices_backward.grad_input(
+                    dy, x, self.kernel, self.stride, pad, NO_DILATION, ceil_mode, self._argmax,
+                    grad_input=dx,
+                )  # fmt: skip
+            else:
+                torch.ops.aten.avg_pool2d_backward.grad_input(
+                    dy, x, self.kernel, self.stride, pad, ceil_mode, True, None, grad_input=dx
+                )
+            return
         if self.method == Pool.MAX:
             dx = torch.ops.aten.max_pool2d_with_indices_backward(
                 dy, x_in, self.kernel, self.stride, pad, NO_DILATION, ceil_mode, self._argmax
-            )
-        elif self.explicit_pads is None:
-            dx = torch.ops.aten.avg_pool2d_backward(
-                dy, x_in, self.kernel, self.stride, pad, ceil_mode, True, None
             )
         else:
             dx = torch.ops.aten.avg_pool2d_backward(
                 dy / self._divisor(x), x_in, self.kernel, self.stride, (0, 0), False, True, 1
             )
-        if self.explicit_pads is not None:
-            dx = F.pad(dx, [-v for v in self.explicit_pads])
-        bottom[0].set_diff(dx)
+        bottom[0].set_diff(F.pad(dx, [-v for v in self.explicit_pads]))
 
     def _divisor(self, x: torch.Tensor) -> torch.Tensor:
         """Caffe's AVE divisor per output cell: the window clipped to [-p, in + p)."""

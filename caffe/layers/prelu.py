@@ -1,7 +1,7 @@
 """PReLU: y = x for x > 0, a·x otherwise, with a learnable slope per channel (axis 1), or
 one scalar slope (shape []) if channel_shared. The slopes start at the filler's values
-(default constant 0.25). The input is kept from forward: backward needs its sign and value,
-and in place the blob holds y by then (Caffe keeps a copy for the same reason)."""
+(default constant 0.25). Backward needs the input's sign and value: in place, where the
+blob holds y by then, a copy of the input is kept (as Caffe does)."""
 
 from __future__ import annotations
 
@@ -46,16 +46,17 @@ class PReLULayer(NeuronLayer):
             return slope
         return slope.view(self.channels, *([1] * (ndim - 2)))
 
-    def activate(self, x):
-        return torch.where(x > 0, x, x * self._slope(x.dim()))
+    def activate(self, x, out):
+        torch.where(x > 0, x, x * self._slope(x.dim()), out=out)
 
-    def gradient(self, x, y, dy):
-        return torch.where(x > 0, dy, dy * self._slope(x.dim()))
+    def gradient(self, x, y, dy, out):
+        torch.where(x > 0, dy, dy * self._slope(x.dim()), out=out)
 
     def backward(self, top, propagate_down, bottom):
-        # The slopes learn even when the bottom needs no gradient (e.g. fed by data).
+        # The slopes learn even when the bottom needs no gradient (e.g. fed by data); first,
+        # as in place the bottom gradient overwrites dy.
         if self.param_propagate_down[0]:
-            x, dy = self.kept_tensors()[0], top[0].diff_tensor
+            x, dy = self.kept_tensors(top)[0], top[0].diff_tensor
             contribution = dy * torch.clamp(x, max=0)  # dL/da = Σ dy·x over x ≤ 0
             if self.channel_shared:
                 grad = contribution.sum()

@@ -1,4 +1,9 @@
-"""ReLU with Caffe's negative_slope (leaky ReLU); commonly in-place."""
+"""ReLU with Caffe's negative_slope (leaky ReLU); commonly in-place.
+
+Forward writes into the top's memory; backward reads the bottom's data at backward time,
+as Caffe does: out of place that is x, in place it is the blob's current values (y, whose
+sign is x's for slope >= 0, or what a later in-place layer left there).
+"""
 
 from __future__ import annotations
 
@@ -19,23 +24,17 @@ class ReLULayer(Layer):
         top[0].reshape(bottom[0].shape)
 
     def forward(self, bottom, top):
-        x = bottom[0].data_tensor
+        x, y = bottom[0].data_tensor, top[0].data_tensor
         if self.negative_slope == 0:
-            y = torch.relu(x)
+            torch.clamp_min(x, 0, out=y)
         else:
-            y = torch.where(x > 0, x, x * self.negative_slope)
-        # Keep the output: its sign is the input's (slope >= 0), and unlike the blob it
-        # cannot be replaced by a later in-place layer before backward runs.
-        self._output = y
-        top[0].set_data(y)
+            torch.where(x > 0, x, x * self.negative_slope, out=y)
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        y = self._output
-        dy = top[0].diff_tensor
+        x, dy, dx = bottom[0].data_tensor, top[0].diff_tensor, bottom[0].diff_tensor
         if self.negative_slope == 0:
-            dx = torch.ops.aten.threshold_backward(dy, y, 0)
+            torch.ops.aten.threshold_backward.grad_input(dy, x, 0, grad_input=dx)
         else:
-            dx = torch.where(y > 0, dy, dy * self.negative_slope)
-        bottom[0].set_diff(dx)
+            torch.where(x > 0, dy, dy * self.negative_slope, out=dx)

@@ -61,18 +61,22 @@ class ScaleLayer(Layer):
     def forward(self, bottom, top):
         outer, dim, inner = self.geometry
         x = bottom[0].data_tensor
-        self._input = x
+        # The scale's gradient needs x; in place the write below overwrites it (Caffe keeps
+        # a copy in temp_ for the same reason).
+        self._input = x.clone() if top[0] is bottom[0] and self.need_backward else x
         scale = self._scale(bottom).data_tensor.reshape(1, dim, 1)
         x3 = x.reshape(outer, dim, inner)
+        y3 = top[0].data_tensor.reshape(outer, dim, inner)
         if not self.bias_term:
-            y = x3 * scale
+            torch.mul(x3, scale, out=y3)
         elif self.bias_geometry == self.geometry:  # the usual case: one fused x·s + b
-            y = torch.addcmul(self.blobs[self.bias_index].data_tensor.reshape(1, dim, 1), x3, scale)
+            bias = self.blobs[self.bias_index].data_tensor.reshape(1, dim, 1)
+            torch.addcmul(bias, x3, scale, out=y3)
         else:
+            torch.mul(x3, scale, out=y3)
             outer, dim, inner = self.bias_geometry
             bias = self.blobs[self.bias_index].data_tensor.reshape(1, dim, 1)
-            y = (x3 * scale).reshape(outer, dim, inner) + bias
-        top[0].set_data(y.reshape(bottom[0].shape_tuple))
+            y3.view(outer, dim, inner).add_(bias)
 
     def backward(self, top, propagate_down, bottom):
         dy = top[0].diff_tensor

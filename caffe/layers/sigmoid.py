@@ -1,4 +1,5 @@
-"""Sigmoid: y = 1 / (1 + e^−x); dy/dx = y·(1 − y), so backward needs only the output."""
+"""Sigmoid: y = 1 / (1 + e^−x); dy/dx = y·(1 − y), from the top's data at backward time
+(as Caffe: a later in-place layer's values if one overwrote it)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from caffe.neuron_layer import NeuronLayer
 class SigmoidLayer(NeuronLayer):
     keeps_input = False
 
-    def activate(self, x):
-        return torch.sigmoid(x)
+    def activate(self, x, out):
+        torch.sigmoid(x, out=out)
 
-    def gradient(self, x, y, dy):
-        return torch.ops.aten.sigmoid_backward(dy, y)
+    def gradient(self, x, y, dy, out):
+        torch.ops.aten.sigmoid_backward.grad_input(dy, y, grad_input=out)

@@ -54,19 +54,19 @@ class SliceLayer(Layer):
             self.sizes = [length // len(top)] * len(top)
         for blob, size in zip(top, self.sizes):
             blob.reshape([*shape[: self.axis], size, *shape[self.axis + 1 :]])
+        if len(top) == 1:  # one output: the bottom's memory, as Caffe does
+            top[0].share_data(bottom[0])
+            top[0].share_diff(bottom[0])
 
     def forward(self, bottom, top):
         if len(top) == 1:
-            top[0].set_data(bottom[0].data_tensor)  # one output: share it, as Caffe does
             return
         pieces = torch.split(bottom[0].data_tensor, self.sizes, dim=self.axis)
         for blob, piece in zip(top, pieces):
             blob.set_data(piece)
 
     def backward(self, top, propagate_down, bottom):
-        if not propagate_down[0]:
+        if not propagate_down[0] or len(top) == 1:
             return
-        if len(top) == 1:
-            bottom[0].set_diff(top[0].diff_tensor)
-            return
-        bottom[0].set_diff(torch.cat([blob.diff_tensor for blob in top], dim=self.axis))
+        diffs = [blob.diff_tensor for blob in top]
+        torch.cat(diffs, dim=self.axis, out=bottom[0].diff_tensor)

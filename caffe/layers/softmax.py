@@ -1,7 +1,7 @@
 """Softmax along `axis` (default 1, channels): y = e^(x − max) / Σ e^(x − max).
 
-Backward: dx = y·(dy − Σ dy·y) along the axis, from the output kept at forward (the blob
-itself may hold a later in-place layer's output by then)."""
+Backward: dx = y·(dy − Σ dy·y) along the axis, with y the top's data at backward time, as
+Caffe reads it: a later in-place layer's values if one overwrote the blob."""
 
 from __future__ import annotations
 
@@ -23,12 +23,17 @@ class SoftmaxLayer(Layer):
         top[0].reshape(bottom[0].shape)
 
     def forward(self, bottom, top):
-        self._output = torch.softmax(bottom[0].data_tensor, dim=self.axis)
-        top[0].set_data(self._output)
+        x, y = bottom[0].data_tensor, top[0].data_tensor
+        if y is x:  # in place: softmax reads a whole row before the row may be written
+            y.copy_(torch.softmax(x, dim=self.axis))
+        else:
+            torch.softmax(x, dim=self.axis, out=y)
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        y = self._output
-        dx = torch._softmax_backward_data(top[0].diff_tensor, y, self.axis, y.dtype)
-        bottom[0].set_diff(dx)
+        y, dy, dx = top[0].data_tensor, top[0].diff_tensor, bottom[0].diff_tensor
+        if dx is dy:  # in place
+            dx.copy_(torch._softmax_backward_data(dy, y, self.axis, y.dtype))
+        else:
+            torch.ops.aten._softmax_backward_data.out(dy, y, self.axis, y.dtype, grad_input=dx)

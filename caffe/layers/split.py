@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from caffe.layer import Layer, register_layer
 
 
@@ -13,16 +15,18 @@ class SplitLayer(Layer):
     def reshape(self, bottom, top):
         for blob in top:
             blob.reshape(bottom[0].shape)
+            blob.share_data(bottom[0])  # every top is the bottom's data, as Caffe's ShareData
 
     def forward(self, bottom, top):
-        data = bottom[0].data_tensor
-        for blob in top:
-            blob.set_data(data)  # every top aliases the bottom's data, as Caffe's ShareData
+        """The tops are the bottom's memory: nothing to compute."""
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        total = top[0].diff_tensor.clone()
-        for blob in top[1:]:
-            total += blob.diff_tensor
-        bottom[0].set_diff(total)
+        dx = bottom[0].diff_tensor
+        if len(top) == 1:
+            dx.copy_(top[0].diff_tensor)
+            return
+        torch.add(top[0].diff_tensor, top[1].diff_tensor, out=dx)
+        for blob in top[2:]:
+            dx.add_(blob.diff_tensor)

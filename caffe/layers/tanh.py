@@ -1,4 +1,5 @@
-"""TanH: y = tanh(x); dy/dx = 1 − y², so backward needs only the output."""
+"""TanH: y = tanh(x); dy/dx = 1 − y², from the top's data at backward time (as Caffe: a
+later in-place layer's values if one overwrote it)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from caffe.neuron_layer import NeuronLayer
 class TanHLayer(NeuronLayer):
     keeps_input = False
 
-    def activate(self, x):
-        return torch.tanh(x)
+    def activate(self, x, out):
+        torch.tanh(x, out=out)
 
-    def gradient(self, x, y, dy):
-        return torch.ops.aten.tanh_backward(dy, y)
+    def gradient(self, x, y, dy, out):
+        torch.ops.aten.tanh_backward.grad_input(dy, y, grad_input=out)

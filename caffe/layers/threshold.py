@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from caffe.layer import register_layer
 from caffe.neuron_layer import NeuronLayer
 
@@ -16,8 +18,8 @@ class ThresholdLayer(NeuronLayer):
     def setup(self, bottom, top):
         self.threshold = float(self.layer_param.threshold_param.threshold)
 
-    def activate(self, x):
-        return (x > self.threshold).to(x.dtype)
+    def activate(self, x, out):
+        torch.gt(x, self.threshold, out=out)
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:

@@ -47,6 +47,7 @@ class SGDSolver(Solver):
         return rate
 
     def apply_update(self) -> None:
+        self.net.claim_params_on_device()  # the steps below write the flat buffers directly
         rate = self.get_learning_rate()
         display = self.param.display
         if display and self.iter % display == 0 and root_solver():

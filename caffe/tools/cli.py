@@ -5,7 +5,8 @@ formatter of caffe/log.py, so Caffe's log parsers work on our logs, to stderr an
 log files (caffe/log_files.py). A user error (bad flag, missing or malformed file, unknown
 layer type, wrong shapes: every CaffeError) prints one fatal log line and exits with
 status 1; Python tracebacks appear only with --debug or CAFFE_DEBUG=1. Exit status: 0
-success, 1 user error, 130 stopped by Ctrl-C.
+success (also a train run that Ctrl-C or SIGHUP stopped early, as in Caffe), 1 user error,
+130 interrupted by Ctrl-C at once (during test or time, or a second Ctrl-C in train).
 """
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ class SignalHandler:
         self.sighup_effect = check_effect("sighup_effect", sighup_effect)
         self._got_sigint = False
         self._got_sighup = False
-        # Set once a SIGINT has been answered with "stop": the command then exits with 130.
+        # Set once a SIGINT has been answered with "stop" (see caffe/tools/train.py's exit
+        # status: 0 as in Caffe, 130 for a worker of a Poseidon job).
         self.stopped_by_sigint = False
         self._previous: dict[int, object] = {}
 

@@ -1,4 +1,5 @@
 import gc
+import pickle
 
 import numpy as np
 import pytest
@@ -12,8 +13,49 @@ def test_shape_and_legacy_accessors():
     assert blob.shape == [2, 3, 4, 5] and blob.count == 120 and blob.num_axes == 4
     assert (blob.num, blob.channels, blob.height, blob.width) == (2, 3, 4, 5)
     small = Blob([7, 9])
-    assert (small.num, small.channels, small.height, small.width) == (1, 1, 7, 9)
     assert small.shape_string() == "7 9 (63)"
+
+
+@pytest.mark.parametrize(
+    "shape, legacy",
+    [([10, 4], (10, 4, 1, 1)), ([6], (6, 1, 1, 1)), ([], (1, 1, 1, 1)), ([2, 3, 5], (2, 3, 5, 1))],
+)
+def test_legacy_accessors_pad_missing_axes_at_the_end(shape, legacy):
+    # BVLC's LegacyShape(0..3): a (10, 4) blob is num 10, channels 4, height 1, width 1.
+    blob = Blob(shape)
+    assert (blob.num, blob.channels, blob.height, blob.width) == legacy
+    assert tuple(blob.legacy_shape(i) for i in range(4)) == legacy
+
+
+def test_negative_legacy_indices_count_from_the_end():
+    # LegacyShape(-4..-1) right-aligns the shape: what ShapeEquals compares legacy protos by.
+    blob = Blob([10, 4])
+    assert [blob.legacy_shape(i) for i in range(-4, 0)] == [1, 1, 10, 4]
+
+
+def test_legacy_accessors_refuse_more_than_four_axes_and_bad_indices():
+    with pytest.raises(ValueError, match="> 4 axes"):
+        _ = Blob([1, 2, 3, 4, 5]).num
+    with pytest.raises(ValueError, match=r"-4\.\.3"):
+        Blob([2, 3]).legacy_shape(4)
+
+
+def test_count_over_axis_ranges():
+    blob = Blob([2, 3, 4, 5])
+    assert blob.count == 120 and isinstance(blob.count, int)
+    assert blob.count() == 120 and blob.count(0) == 120
+    assert blob.count(1) == 60 and blob.count(1, 3) == 12 and blob.count(2, 2) == 1
+    assert blob.count(4) == 1
+    for bad in ((3, 2), (-1, 2), (0, 5)):
+        with pytest.raises(ValueError, match="count"):
+            blob.count(*bad)
+    assert type(pickle.loads(pickle.dumps(blob.count))) is int
+
+
+def test_shape_string_matches_caffe():
+    assert Blob([64, 1, 28, 28]).shape_string() == "64 1 28 28 (50176)"
+    assert Blob([]).shape_string() == "(1)"
+    assert Blob([3, 0]).shape_string() == "3 0 (0)"
 
 
 def test_zero_axis_blob_is_a_scalar():
@@ -51,13 +93,57 @@ def test_views_outlive_the_blob():
     np.testing.assert_array_equal(view, [1, 2, 3, 4])
 
 
-def test_set_data_adopts_tensor_and_checks_shape():
+def test_set_data_writes_into_the_blobs_memory_and_checks_shape():
     blob = Blob([2, 2])
+    view, memory = blob.data, blob.data_tensor
     tensor = torch.ones(2, 2)
     blob.set_data(tensor)
-    assert blob.data_tensor.data_ptr() == tensor.data_ptr()
+    blob.set_diff(tensor * 3)
+    assert blob.data_tensor.data_ptr() == memory.data_ptr() != tensor.data_ptr()
+    assert np.all(view == 1) and np.all(blob.diff == 3)
+    tensor.fill_(7)  # the blob holds a copy
+    assert np.all(view == 1)
     with pytest.raises(ValueError, match=r"\(3,\)"):
         blob.set_data(torch.ones(3))
+
+
+def test_set_data_of_the_blobs_own_memory_is_a_no_op():
+    blob = Blob([3])
+    blob.data_tensor.copy_(torch.tensor([1.0, 2.0, 3.0]))
+    blob.set_data(blob.data_tensor)
+    np.testing.assert_array_equal(blob.data, [1, 2, 3])
+
+
+def test_set_data_detaches_from_autograd():
+    blob = Blob([2])
+    x = torch.ones(2, requires_grad=True)
+    blob.set_data(x * 2)
+    assert not blob.data_tensor.requires_grad
+    np.testing.assert_array_equal(blob.data, [2, 2])
+
+
+def test_reshape_keeps_memory_while_the_count_fits():
+    # Caffe's capacity rule: a smaller count keeps the memory, a larger one reallocates.
+    blob = Blob([2, 3])
+    blob.data[...] = np.arange(6).reshape(2, 3)
+    ptr = blob.data_tensor.data_ptr()
+    blob.reshape(2, 2)
+    assert blob.data_tensor.data_ptr() == ptr
+    np.testing.assert_array_equal(blob.data, [[0, 1], [2, 3]])
+    blob.reshape(2, 3)
+    assert blob.data_tensor.data_ptr() == ptr
+    np.testing.assert_array_equal(blob.data, np.arange(6).reshape(2, 3))
+    blob.reshape(3, 3)
+    assert blob.data.shape == (3, 3) and np.all(blob.data == 0)
+
+
+def test_share_data_makes_one_memory():
+    owner, sharer = Blob([2, 3]), Blob([6])
+    sharer.share_data(owner)
+    sharer.share_diff(owner)
+    assert sharer._data is owner._data and sharer._diff is owner._diff  # one host mirror too
+    sharer.set_data(torch.arange(6.0))
+    np.testing.assert_array_equal(owner.data, np.arange(6).reshape(2, 3))
 
 
 def test_bound_storage_is_fixed():

@@ -11,6 +11,7 @@ from caffe import layers as L
 from caffe import params as P
 from caffe.coord_map import (
     AxisMismatchException,
+    CropError,
     UndefinedMapException,
     compose,
     coord_map,
@@ -48,18 +49,41 @@ def test_convolution_axis_and_h_w_forms():
     assert coord_map(fn) == (2, 1.0, 0.0)
 
 
-@pytest.mark.parametrize(
-    "params, field",
-    [
-        (dict(kernel_size=[3, 5]), "kernel_size"),
-        (dict(kernel_size=3, stride=[1, 2]), "stride"),
-        (dict(kernel_size=3, pad_h=1, pad_w=0), "pad"),
-    ],
-)
-def test_spatial_axes_must_agree(params, field):
-    fn = L.Convolution(data(), num_output=1, name="conv7", **params).fn
-    with pytest.raises(LayerError, match=f"Convolution layer 'conv7': {field} is"):
+def test_spatial_axes_may_differ_and_then_map_one_by_one():
+    # pycaffe's test_rect: a 3x5 kernel maps like a 3x3 on H and a 5x5 on W.
+    fn = L.Convolution(data(), num_output=1, kernel_size=[3, 5], stride=[1, 2], pad=[0, 10]).fn
+    axis, a, b = coord_map(fn)
+    assert axis == 1
+    np.testing.assert_array_equal(a, [1.0, 0.5])
+    np.testing.assert_array_equal(b, [-1.0, 4.0])
+    square = L.Convolution(data(), num_output=1, kernel_size=5, stride=2, pad=10).fn
+    assert coord_map(square) == (1, 0.5, 4.0)
+    # One axis differing in b alone still gives one entry per axis for a and b.
+    _, a, b = coord_map(L.Convolution(data(), kernel_size=3, pad_h=1, pad_w=0, num_output=1).fn)
+    np.testing.assert_array_equal(a, [1.0, 1.0])
+    np.testing.assert_array_equal(b, [0.0, -1.0])
+
+
+def test_three_spatial_axes():
+    # pycaffe's test_nd_conv: per-axis pads survive a pooling and a deconvolution.
+    n = caffe.NetSpec()
+    n.data = L.Input(shape=dict(dim=[2, 3, 20, 20, 20]))
+    n.conv = L.Convolution(n.data, num_output=1, kernel_size=[3, 3, 3], pad=[0, 1, 2])
+    n.pool = L.Pooling(n.conv, pool=P.Pooling.MAX, kernel_size=2, stride=2)
+    n.deconv = L.Deconvolution(n.pool, num_output=1, kernel_size=4, stride=2)
+    # conv: xc = x + p - 1; pool then deconv: xd = 2 (xc/2 - 1/4) + 3/2 = xc + 1 = x + p.
+    axis, a, b = coord_map_from_to(n.deconv, n.data)
+    assert axis == 1 and len(a) == len(b) == 3
+    np.testing.assert_array_equal(a, [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(b, [0.0, -1.0, -2.0])
+
+
+def test_spatial_axis_counts_must_agree():
+    fn = L.Convolution(data(), num_output=1, name="conv7", kernel_size=[3, 5, 7], stride=[1, 2]).fn
+    with pytest.raises(LayerError, match=r"'conv7': kernel_size \[3, 5, 7\], stride \[1, 2\]"):
         coord_map(fn)
+    with pytest.raises(AxisMismatchException, match="over 2 and 3 spatial axes"):
+        compose((1, np.array([1.0, 2.0]), 0.0), (1, 1.0, np.array([0.0, 1.0, 2.0])))
 
 
 def test_pooling_map():
@@ -77,6 +101,8 @@ def test_deconvolution_is_the_inverse_of_the_same_convolution():
     conv = coord_map(L.Convolution(data(), **settings).fn)
     assert deconv == (1, 2.0, 0.5)
     assert deconv == inverse(conv)
+    # pycaffe writes the convolution fields flat, as for a Convolution.
+    assert coord_map(L.Deconvolution(data(), **settings).fn) == deconv
 
 
 def test_crop_map_and_offsets():
@@ -84,8 +110,10 @@ def test_crop_map_and_offsets():
     assert coord_map(L.Crop(a, b, axis=2, offset=[3]).fn) == (1, 1.0, -3.0)
     assert coord_map(L.Crop(a, b, offset=[2, 2]).fn) == (1, 1.0, -2.0)  # default axis 2
     assert coord_map(L.Crop(a, b, axis=3).fn) == (2, 1.0, 0.0)
-    with pytest.raises(LayerError, match=r"offsets \[1, 2\] differ"):
-        coord_map(L.Crop(a, b, offset=[1, 2]).fn)
+    axis, scale, shift = coord_map(L.Crop(a, b, offset=[1, 2]).fn)
+    assert axis == 1
+    np.testing.assert_array_equal(scale, [1.0, 1.0])
+    np.testing.assert_array_equal(shift, [-1.0, -2.0])
 
 
 @pytest.mark.parametrize(
@@ -111,7 +139,10 @@ def test_other_layers_have_no_map():
         coord_map(L.InnerProduct(data(), num_output=3).fn)
     with pytest.raises(UndefinedMapException, match="Concat along axis 2"):
         coord_map(L.Concat(data(), data(), axis=2).fn)
-    assert issubclass(UndefinedMapException, Exception)
+    # pycaffe's coord_map_from_to raises RuntimeError for tops no spatial chain connects.
+    assert issubclass(UndefinedMapException, RuntimeError)
+    with pytest.raises(RuntimeError, match="InnerProduct"):
+        coord_map_from_to(L.InnerProduct(fcn().up, num_output=3), fcn().data)
 
 
 # --- composition ---------------------------------------------------------------------
@@ -190,6 +221,12 @@ def test_crop_refuses_scales_and_positive_offsets():
     odd = L.Convolution(n.data, kernel_size=2, num_output=1)  # centre at +1/2
     with pytest.raises(ValueError, match="integral"):
         crop(odd, n.data)
+    # pycaffe states these as asserts; its callers catch AssertionError.
+    with pytest.raises(AssertionError, match="differ in scale"):
+        crop(n.pool1, n.data)
+    rect = L.Convolution(n.data, kernel_size=[3, 5], pad=[2, 0], num_output=1)
+    with pytest.raises(CropError, match=r"x_to = \[1, 1\] \* x_from \+ \[-1, 2\]; .* b <= 0"):
+        crop(rect, n.data)
 
 
 # --- crops on real nets --------------------------------------------------------------
@@ -271,5 +308,18 @@ def test_crop_of_the_input_to_a_dilated_conv(tmp_path):
     net = instantiate(n, tmp_path)
     centre_tap(net.params["conv"][0])
     image = np.random.default_rng(0).random(net.blobs["data"].data.shape).astype(np.float32)
+    out = net.forward(data=image)
+    np.testing.assert_array_equal(out["score"], net.blobs["conv"].data)
+
+
+def test_crop_to_an_anisotropic_conv_has_one_offset_per_axis(tmp_path):
+    n = caffe.NetSpec()
+    n.data = data()
+    n.conv = L.Convolution(n.data, kernel_size=[3, 5], num_output=1, bias_term=False)
+    n.score = crop(n.data, n.conv)
+    assert list(n.to_proto().layer[-1].crop_param.offset) == [1, 2]
+    net = instantiate(n, tmp_path)
+    centre_tap(net.params["conv"][0])
+    image = np.random.default_rng(1).random(net.blobs["data"].data.shape).astype(np.float32)
     out = net.forward(data=image)
     np.testing.assert_array_equal(out["score"], net.blobs["conv"].data)

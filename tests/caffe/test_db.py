@@ -7,13 +7,8 @@ from caffe.db import COMMIT_EVERY_PUTS, open_db, open_db_writer, resolve_backend
 from caffe.errors import CaffeError
 from caffe.proto import caffe_pb2
 
-BACKENDS = [
-    "lmdb",
-    pytest.param(
-        "leveldb",
-        marks=pytest.mark.skipif(caffe.db._plyvel() is None, reason="plyvel not installed"),
-    ),
-]
+# plyvel is a test dependency (pyproject's test extra): LevelDB runs in CI, never skips.
+BACKENDS = ["lmdb", "leveldb"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -114,3 +109,16 @@ def test_leveldb_without_plyvel_says_how_to_proceed(tmp_path, monkeypatch):
         open_db(str(tmp_path), "leveldb")
     with pytest.raises(CaffeError, match="plyvel"):
         open_db_writer(str(tmp_path / "new"), "leveldb")
+
+
+def test_a_leveldb_open_elsewhere_says_so(tmp_path):
+    import plyvel
+
+    with open_db_writer(str(tmp_path / "db"), "leveldb") as writer:
+        writer.put(b"k", b"v")
+    holder = plyvel.DB(str(tmp_path / "db"))  # as another process would hold it
+    try:
+        with pytest.raises(CaffeError, match=r"another process has it open.*need an LMDB"):
+            open_db(str(tmp_path / "db"), "leveldb")
+    finally:
+        holder.close()

@@ -88,8 +88,9 @@ def test_preprocess_matches_hand_computation_and_deprocess_inverts_it():
 def test_preprocess_resizes_to_the_input_size():
     t = io.Transformer({"data": (1, 1, 1, 4)})
     out = t.preprocess("data", np.array([[[0.0], [1.0]]]))
-    # Half-pixel centres at -0.25, 0.25, 0.75, 1.25 of the 2-pixel row, edges replicated.
-    np.testing.assert_allclose(out[:, :, 0], [[0, 0.25, 0.75, 1]])
+    # Half-pixel centres at -0.25, 0.25, 0.75, 1.25 of the 2-pixel row; past the border the
+    # row reads its minimum, 0 (skimage's mode="constant" on the image scaled to [0, 1]).
+    np.testing.assert_allclose(out[:, :, 0], [[0, 0.25, 0.75, 0.75]])
 
 
 def test_transformer_argument_checks():
@@ -114,15 +115,54 @@ def test_elementwise_mean_is_resized_to_the_input():
 
 
 def test_resize_image_orders_and_constant_images():
-    row = np.array([[[0.0], [4.0]]], np.float32)  # 1×2×1
-    np.testing.assert_allclose(io.resize_image(row, (1, 4))[0, :, 0], [0, 1, 3, 4])
-    np.testing.assert_allclose(io.resize_image(row, (1, 4), interp_order=0)[0, :, 0], [0, 0, 4, 4])
+    pytest.importorskip("scipy")
+    row = np.array([[[1.0], [5.0]]], np.float32)  # 1×2×1, centres at -0.25, 0.25, 0.75, 1.25
+    np.testing.assert_allclose(io.resize_image(row, (1, 4))[0, :, 0], [1, 2, 4, 4])
+    np.testing.assert_allclose(io.resize_image(row, (1, 4), interp_order=0)[0, :, 0], [1, 1, 5, 5])
+    # Two channels: scipy.ndimage.zoom, which puts corners on corners (0, 1/3, 2/3, 1).
+    pair = np.concatenate([row, 10 * row], axis=2)
+    np.testing.assert_allclose(io.resize_image(pair, (1, 4))[0], [[1, 10], [7 / 3, 70 / 3],
+                                                                   [11 / 3, 110 / 3], [5, 50]],
+                               rtol=1e-6)  # fmt: skip
     constant = np.full((3, 3, 2), 0.25, np.float32)
     out = io.resize_image(constant, (5, 7))
     assert out.shape == (5, 7, 2) and np.all(out == 0.25)
-    pytest.importorskip("scipy")
+    same = io.resize_image(row, (1, 2))
+    assert same is not row and np.array_equal(same, row)
     smooth = io.resize_image(np.linspace(0, 1, 12).reshape(3, 4, 1), (6, 8), interp_order=2)
     assert smooth.shape == (6, 8, 1) and smooth.dtype == np.float32
+    with pytest.raises(ValueError, match="spline order 0 to 5, not 6"):
+        io.resize_image(row, (2, 2), interp_order=6)
+
+
+def pycaffe_resize_image(im, new_dims, interp_order):
+    """What pycaffe's caffe.io.resize_image computes, from skimage and scipy themselves."""
+    from scipy.ndimage import zoom
+    from skimage.transform import resize
+
+    if im.shape[-1] in (1, 3):
+        low, high = im.min(), im.max()
+        unit = resize((im - low) / (high - low), new_dims, order=interp_order, mode="constant")
+        return (unit * (high - low) + low).astype(np.float32)
+    scale = tuple(np.array(new_dims, dtype=float) / np.array(im.shape[:2]))
+    return zoom(im, (*scale, 1), order=interp_order).astype(np.float32)
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+@pytest.mark.parametrize("interp_order", [0, 1, 2, 3, 5])
+@pytest.mark.parametrize(
+    "shape, new_dims",
+    [((5, 7), (11, 16)), ((4, 4), (9, 9)), ((12, 9), (5, 4)), ((6, 6), (13, 4))],
+    ids=["enlarge", "enlarge-square", "shrink", "mixed"],
+)
+def test_resize_image_equals_pycaffes(channels, interp_order, shape, new_dims):
+    pytest.importorskip("skimage")
+    rng = np.random.default_rng(channels * 100 + interp_order)
+    image = (rng.random((*shape, channels)) * 200 - 50).astype(np.float32)
+    out = io.resize_image(image, new_dims, interp_order)
+    expected = pycaffe_resize_image(image, new_dims, interp_order)
+    assert out.shape == (*new_dims, channels) and out.dtype == np.float32
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-6 * 250)
 
 
 def test_oversample_ten_crops():

@@ -9,7 +9,7 @@ from google.protobuf import text_format
 import caffe
 from caffe import layers as L
 from caffe import params as P
-from caffe.net_spec import Function, Top, param_name_dict
+from caffe.net_spec import SHARED_PARAM_NAMES, Function, Top, param_name_dict
 from caffe.proto import caffe_pb2
 
 LENET = Path(__file__).resolve().parents[2] / "models" / "lenet" / "train_val.prototxt"
@@ -157,12 +157,27 @@ def test_param_message_lookup_is_by_class_name():
     assert "Deconvolution" not in names  # shares ConvolutionParameter
 
 
-def test_deconvolution_needs_an_explicit_convolution_param():
+def test_types_sharing_a_message_take_its_fields_flat():
     data = L.Input(shape=dict(dim=[1, 1, 4, 4]))
-    with pytest.raises(AttributeError, match=r"Deconvolution layer .*kernel_size"):
-        caffe.to_proto(L.Deconvolution(data, kernel_size=2))
-    net = caffe.to_proto(L.Deconvolution(data, convolution_param=dict(kernel_size=2, num_output=1)))
-    assert list(net.layer[1].convolution_param.kernel_size) == [2]
+    flat = caffe.to_proto(L.Deconvolution(data, kernel_size=2, stride=2, num_output=1))
+    nested = caffe.to_proto(
+        L.Deconvolution(data, convolution_param=dict(kernel_size=2, stride=2, num_output=1))
+    )
+    assert flat == nested
+    assert list(flat.layer[1].convolution_param.kernel_size) == [2]
+    assert flat.layer[1].convolution_param.num_output == 1
+    assert SHARED_PARAM_NAMES == {
+        "Deconvolution": "convolution",
+        "Im2col": "convolution",
+        "LSTM": "recurrent",
+        "RNN": "recurrent",
+    }
+    im2col = caffe.to_proto(L.Im2col(data, kernel_size=3, loss_weight=0)).layer[1]
+    assert list(im2col.convolution_param.kernel_size) == [3] and list(im2col.loss_weight) == [0]
+    lstm = caffe.to_proto(L.LSTM(data, data, num_output=7)).layer[1]
+    assert lstm.recurrent_param.num_output == 7
+    with pytest.raises(AttributeError, match=r"Deconvolution layer .*'kernal_size'"):
+        caffe.to_proto(L.Deconvolution(data, kernal_size=2))
 
 
 def test_unknown_fields_name_the_layer_and_field():

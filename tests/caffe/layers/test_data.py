@@ -247,7 +247,6 @@ def test_default_leveldb_backend_reads_an_lmdb_with_a_warning(tmp_path, caffe_lo
 
 
 def test_leveldb_source(tmp_path):
-    pytest.importorskip("plyvel")
     write_indexed_db(tmp_path / "db", 3, backend="leveldb")
     layer, bottom, top = make_layer(
         data_text(tmp_path / "db", 3, extra="backend: LEVELDB"), [], 2, TEST

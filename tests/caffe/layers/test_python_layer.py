@@ -54,6 +54,24 @@ class LearnedScale(caffe.Layer):
             bottom[0].diff[...] = top[0].diff * self.blobs[0].data
 
 
+class HalfSquaredDistance(caffe.Layer):
+    """A loss written the BVLC way: the batch size is bottom[0].num (Caffe's legacy
+    accessor, the first axis for blobs of up to 4 axes)."""
+
+    def reshape(self, bottom, top):
+        self.delta = np.zeros(bottom[0].data.shape, dtype=np.float32)
+        top[0].reshape(1)
+
+    def forward(self, bottom, top):
+        self.delta[...] = bottom[0].data - bottom[1].data
+        top[0].data[...] = np.square(self.delta).sum() / bottom[0].num / 2
+
+    def backward(self, top, propagate_down, bottom):
+        for i, sign in ((0, 1.0), (1, -1.0)):
+            if propagate_down[i]:
+                bottom[i].diff[...] = sign * self.delta / bottom[i].num
+
+
 class FailsInSetup(caffe.Layer):
     def setup(self, bottom, top):
         raise KeyError("user setup failed")
@@ -160,6 +178,31 @@ def test_learnable_blobs_are_shared_by_name(user_module):
     net.blobs["x"].data[...] = x
     net.forward()
     np.testing.assert_array_equal(net.blobs["z"].data, x * [1.0, 4.0, 9.0])
+
+
+LOSS_NET = """
+name: "python_loss"
+force_backward: true
+layer { name: "data" type: "Input" top: "x" top: "target"
+        input_param { shape { dim: 10 dim: 4 } shape { dim: 10 dim: 4 } } }
+layer { name: "loss" LOSS bottom: "x" bottom: "target" top: "loss" loss_weight: 1 }
+"""
+PYTHON_LOSS = 'type: "Python" python_param { module: "MODULE" layer: "HalfSquaredDistance" }'
+
+
+def test_a_loss_using_num_as_the_batch_size_matches_euclidean_loss(user_module):
+    # A 10×4 blob has num 10 (BVLC's LegacyShape pads missing axes at the end).
+    rng = np.random.default_rng(92)
+    x, target = rng.normal(0, 1, (2, 10, 4)).astype(np.float32)
+    results = []
+    for loss in (PYTHON_LOSS, 'type: "EuclideanLoss"'):
+        net = build_net(user_module, LOSS_NET.replace("LOSS", loss))
+        value = net.forward(x=x, target=target)["loss"].item()
+        results.append((value, net.backward()["x"].copy()))
+    (py_loss, py_dx), (ref_loss, ref_dx) = results
+    np.testing.assert_allclose(py_loss, np.square(x - target).sum() / 20, rtol=1e-5)
+    np.testing.assert_allclose(py_loss, ref_loss, rtol=1e-5)
+    np.testing.assert_allclose(py_dx, ref_dx, rtol=1e-5, atol=1e-7)
 
 
 def test_user_exceptions_keep_their_type(user_module):

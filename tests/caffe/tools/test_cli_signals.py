@@ -6,10 +6,12 @@ import subprocess
 
 import pytest
 
+from caffe.tools import train as train_command
 from tests.caffe.tools.cli_helpers import (
     CAFFE_SCRIPT,
     REPO_ROOT,
     require_layers,
+    run_caffe,
     subprocess_env,
     wait_for_text,
     write_tiny_solver,
@@ -51,12 +53,14 @@ def snapshots(tmp_path) -> list[str]:
     return sorted(p.name for p in tmp_path.glob("tiny_iter_*.caffemodel"))
 
 
-def test_ctrl_c_stops_training_saves_and_exits_130(tmp_path):
+def test_ctrl_c_stops_training_saves_and_exits_0(tmp_path):
+    # Caffe's train() returns 0 after "Optimization stopped early.", so set -e scripts
+    # (cifar10's train_quick.sh) go on to their next command.
     process, log_file = start_training(tmp_path)
     process.send_signal(signal.SIGINT)
     status = finish(process, log_file)
     log = (tmp_path / "train.log").read_text()
-    assert status == 130, log
+    assert status == 0, log
     assert "Optimization stopped early." in log
     assert "Traceback" not in log
     assert "Optimization Done." not in log
@@ -82,3 +86,50 @@ def test_ctrl_c_can_snapshot_and_sighup_can_stop(tmp_path):
     assert status == 0, log  # stopped by SIGHUP, not by Ctrl-C
     assert "Optimization stopped early." in log
     assert len(snapshots(tmp_path)) == 2  # the requested one and the final one
+
+
+class _CtrlCAtIteration:
+    """A solver callback that sends this process a SIGINT at one iteration, and the `sync`
+    that train() closes at the end (as caffe.parallel's would be)."""
+
+    def __init__(self, solver, iteration: int) -> None:
+        self.solver, self.iteration, self.closed_with = solver, iteration, "open"
+        solver.add_callback(self)
+
+    def on_start(self) -> None:
+        if self.solver.iter == self.iteration:
+            signal.raise_signal(signal.SIGINT)
+
+    def on_gradients_ready(self) -> None:
+        pass
+
+    def close(self, failure: BaseException | None = None) -> None:
+        self.closed_with = failure
+
+
+@pytest.mark.parametrize("worker, expected_status", [(False, 0), (True, 130)])
+def test_a_poseidon_worker_stopped_by_ctrl_c_alone_still_exits_130(
+    tmp_path, monkeypatch, worker, expected_status
+):
+    # The launcher stops a job with SIGTERM; a worker that a Ctrl-C stopped by itself left
+    # the others waiting, so its status must make the launcher stop the job at once.
+    require_layers("DummyData", "InnerProduct", "SoftmaxWithLoss")
+    solver = write_tiny_solver(tmp_path, max_iter=50, snapshot=0, test_iter=None,
+                               test_interval=None)  # fmt: skip
+    build = train_command._build_solver
+    attached: list[_CtrlCAtIteration] = []
+
+    def build_solver(param):  # type: ignore[no-untyped-def]
+        attached.append(_CtrlCAtIteration(build(param), 5))
+        return attached[-1].solver
+
+    monkeypatch.setattr(train_command, "_build_solver", build_solver)
+    monkeypatch.setattr(train_command, "_poseidon_worker_rank", lambda: 0 if worker else None)
+    monkeypatch.setattr(train_command, "_attach_distributed", lambda solver: attached[-1])
+    status, log = run_caffe("train", "--solver", str(solver))
+    assert status == expected_status, log
+    assert "Optimization stopped early." in log and "Iteration 6," not in log
+    assert attached[-1].solver.iter == 6 and attached[-1].solver.requested_early_exit
+    if worker:
+        assert attached[-1].closed_with is None  # a clean close: nothing failed
+    assert len(snapshots(tmp_path)) == 1

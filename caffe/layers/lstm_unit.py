@@ -1,0 +1,65 @@
+"""LSTMUnit: one timestep of the LSTM non-linearity (BVLC's helper of the LSTM layer).
+
+Bottoms: c_{t-1} (1×N×D), the gate inputs (1×N×4D, in the order i, f, o, g), cont_t
+(1×N). Tops: c_t and h_t (1×N×D each):
+
+    i = σ(i'), f = cont_t · σ(f'), o = σ(o'), g = tanh(g')
+    c_t = f ⊙ c_{t-1} + i ⊙ g,  h_t = o ⊙ tanh(c_t)
+
+No clipping. cont_t = 0 drops c_{t-1}, which starts a new sequence. The gradient is the
+exact one (BVLC's CUDA kernel); BVLC's CPU kernel differs from it only for a cont that is
+neither 0 nor 1 (it takes σ'(f') as f·(1−f) with f already scaled by cont). There is no
+gradient for cont.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from caffe.layer import AutogradLayer, register_layer
+
+
+def lstm_unit(
+    c_prev: torch.Tensor, gates: torch.Tensor, cont: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """c_prev (..., D), gates (..., 4D) as i, f, o, g, cont (...) -> (c, h), each (..., D)."""
+    i, f, o, g = gates.chunk(4, dim=-1)
+    forget = cont.unsqueeze(-1) * torch.sigmoid(f)
+    c = forget * c_prev + torch.sigmoid(i) * torch.tanh(g)
+    return c, torch.sigmoid(o) * torch.tanh(c)
+
+
+@register_layer("LSTMUnit")
+class LSTMUnitLayer(AutogradLayer):
+    exact_num_bottom = 3
+    exact_num_top = 2
+
+    def allow_force_backward(self, bottom_index: int) -> bool:
+        return bottom_index != 2
+
+    def reshape(self, bottom, top):
+        c_prev, gates = bottom[0], bottom[1]
+        n = c_prev.shape[1] if c_prev.num_axes > 1 else -1
+        for i, blob in enumerate(bottom):
+            axes = 2 if i == 2 else 3
+            if blob.num_axes != axes or blob.shape[0] != 1 or blob.shape[1] != n:
+                raise self.error(
+                    f"bottom[{i}] must have shape (1, N{', ...' if axes == 3 else ''}) with "
+                    f"{axes} axes and N = bottom[0].shape[1]; got {blob.shape} (bottom[0] "
+                    f"{c_prev.shape})"
+                )
+        self.hidden_dim = c_prev.shape[2]
+        if gates.shape[2] != 4 * self.hidden_dim:
+            raise self.error(f"the gate inputs need 4 x {self.hidden_dim} channels (i, f, o, "
+                             f"g), got {gates.shape}")  # fmt: skip
+        top[0].reshape_like(c_prev)
+        top[1].reshape_like(c_prev)
+
+    def compute(self, bottoms, params):
+        c_prev, gates, cont = bottoms
+        return list(lstm_unit(c_prev, gates, cont.detach()))
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[2]:
+            raise self.error("cannot backpropagate to sequence indicators (bottom[2], cont)")
+        super().backward(top, propagate_down, bottom)

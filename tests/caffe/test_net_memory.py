@@ -1,0 +1,148 @@
+"""Blob memory stays put, as in BVLC: a numpy view taken from net.blobs[name].data (or
+.diff, or a parameter) before forward, backward or a solver step is that blob's memory
+afterwards and shows the new values (BVLC's net_surgery notebook and many user scripts
+rely on it); reshaping to the same or a smaller shape keeps the memory too."""
+
+import numpy as np
+from google.protobuf import text_format
+
+import caffe
+from caffe.proto import caffe_pb2
+from tests.caffe.layers.cuda_compare import needs_cuda
+from tests.caffe.solver_harness import write_solver
+
+NET = """
+name: "memory"
+force_backward: true
+layer { name: "in" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 4 dim: 3 dim: 8 dim: 8 } shape { dim: 4 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+        convolution_param { num_output: 5 kernel_size: 3 weight_filler { type: "gaussian" } } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "norm" type: "LRN" bottom: "conv" top: "norm" lrn_param { local_size: 3 } }
+layer { name: "pool" type: "Pooling" bottom: "norm" top: "pool"
+        pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "flat" type: "Flatten" bottom: "pool" top: "flat" }
+layer { name: "ip" type: "InnerProduct" bottom: "flat" top: "ip"
+        inner_product_param { num_output: 6 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "drop" type: "Dropout" bottom: "ip" top: "ip" }
+layer { name: "prob" type: "Softmax" bottom: "ip" top: "prob" }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+"""
+
+
+def build() -> caffe.Net:
+    param = text_format.Parse(NET, caffe_pb2.NetParameter())
+    param.state.phase = caffe.TRAIN
+    return caffe.Net(param)
+
+
+def feed(net: caffe.Net, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    net.blobs["data"].data[...] = rng.normal(0, 1, net.blobs["data"].shape)
+    net.blobs["label"].data[...] = rng.integers(0, 6, net.blobs["label"].shape)
+
+
+def views(net: caffe.Net) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    return {name: (blob.data, blob.diff) for name, blob in net.blobs.items()}
+
+
+def assert_live(net: caffe.Net, taken: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    for name, blob in net.blobs.items():
+        data, diff = taken[name]
+        assert np.shares_memory(data, blob.data), f"{name} data moved"
+        assert np.shares_memory(diff, blob.diff), f"{name} diff moved"
+        np.testing.assert_array_equal(data, blob.data, err_msg=name)
+        np.testing.assert_array_equal(diff, blob.diff, err_msg=name)
+
+
+def test_views_taken_before_forward_and_backward_see_the_results():
+    caffe.set_random_seed(1)
+    net = build()
+    feed(net, 0)
+    taken = views(net)
+    assert "ip_drop_0_split_0" in taken  # split tops are covered too
+    net.forward()
+    assert_live(net, taken)
+    conv_data, conv_diff = taken["conv"]
+    assert np.abs(conv_data).sum() > 0 and np.all(conv_data >= 0)  # ReLU'd, in place
+    net.backward()
+    assert_live(net, taken)
+    assert np.abs(conv_diff).sum() > 0
+    before = taken["prob"][0].copy()
+    feed(net, 1)
+    net.forward()
+    assert_live(net, taken)
+    assert not np.allclose(taken["prob"][0], before)
+
+
+def test_shared_tops_are_their_bottoms_memory():
+    net = build()
+    feed(net, 2)
+    net.forward()
+    net.backward()
+    for top, bottom in (("flat", "pool"), ("ip_drop_0_split_0", "ip"), ("ip_drop_0_split_1", "ip")):
+        assert np.shares_memory(net.blobs[top].data, net.blobs[bottom].data), top
+    assert np.shares_memory(net.blobs["flat"].diff, net.blobs["pool"].diff)
+
+
+def test_solver_steps_keep_blob_and_parameter_memory(tmp_path):
+    caffe.set_random_seed(3)
+    solver = caffe.get_solver(
+        write_solver(tmp_path, "base_lr: 0.1\nmomentum: 0.9\nlr_policy: 'fixed'\n", NET)
+    )
+    net = solver.net
+    feed(net, 3)
+    taken = views(net)
+    weight = net.params["ip"][0]
+    weight_data, weight_diff = weight.data, weight.diff
+    start = weight_data.copy()
+    solver.step(2)
+    assert_live(net, taken)
+    assert np.shares_memory(weight_data, weight.data) and np.shares_memory(weight_diff, weight.diff)
+    assert not np.allclose(weight_data, start)
+
+
+def test_reshape_to_the_same_or_a_smaller_shape_keeps_the_memory():
+    net = build()
+    feed(net, 4)
+    net.forward()
+    taken = views(net)
+    net.blobs["data"].reshape(4, 3, 8, 8)
+    net.reshape()
+    net.forward()
+    assert_live(net, taken)
+    conv = taken["conv"][0]
+    net.blobs["data"].reshape(2, 3, 8, 8)  # a smaller batch: the first items' memory
+    net.blobs["label"].reshape(2)
+    net.reshape()
+    net.forward()
+    assert np.shares_memory(conv, net.blobs["conv"].data)
+    np.testing.assert_array_equal(conv[:2], net.blobs["conv"].data)
+
+
+@needs_cuda
+def test_cuda_host_mirrors_stay_put_and_coherent():
+    caffe.set_mode_gpu()
+    try:
+        net = build()
+        feed(net, 5)
+        net.forward()
+        first = net.blobs["prob"].data
+        before = first.copy()
+        feed(net, 6)
+        net.forward()
+        again = net.blobs["prob"].data  # re-reading syncs the same host memory
+        assert np.shares_memory(first, again) and not np.allclose(before, again)
+        # Host mirrors read between backward and update must not undo the update.
+        net.clear_param_diffs()
+        net.backward()
+        weight = net.params["ip"][0]
+        value, grad = weight.data.copy(), weight.diff.copy()
+        net.update()
+        np.testing.assert_allclose(weight.data, value - grad, rtol=1e-6, atol=1e-7)
+        net.clear_param_diffs()
+        net.backward()  # from zero: the mirror read above must not come back as a gradient
+        np.testing.assert_allclose(weight.diff, grad, rtol=1e-4, atol=1e-6)
+    finally:
+        caffe.set_mode_cpu()
