@@ -8,9 +8,12 @@ thread comes back later than `free_at` by at most `slack_s` (its own bookkeeping
 sleep that woke late), the device is taken to have run back to back and the next target
 is counted from `free_at`, not from now, so those delays do not add up. A longer gap means
 the device really idled (the thread waited for a gradient): counting starts again from
-now. Dilation stretches every compute time by one factor (the emulated links are slowed
-by the same factor), so that a 2-core machine can play 16 nodes: reported times are
-divided by it again.
+now. A CPU profile replays with `host_is_device`: there the device is the host, whose
+profiled layer times already include its own work, and the syncer's host work (copies, sums)
+delays the next layer instead of hiding behind it, so every gap between steps counts, except
+what a sleep overslept (the clock's own error, which a real CPU does not have). Dilation
+stretches every compute time by one factor (the emulated links are slowed by the same
+factor), so that a 2-core machine can play 16 nodes: reported times are divided by it again.
 """
 
 from __future__ import annotations
@@ -27,24 +30,37 @@ class ClockStats:
     restarts: int = 0  # gaps longer than the slack (the device idled)
 
 
+DEFAULT_SLACK_S = 0.002
+
+
 class ReplayClock:
-    def __init__(self, dilation: float = 1.0, slack_s: float = 0.002) -> None:
+    def __init__(
+        self, dilation: float = 1.0, slack_s: float = DEFAULT_SLACK_S, host_is_device: bool = False
+    ) -> None:
         if dilation <= 0:
             raise ValueError(f"dilation {dilation} (want > 0)")
         self.dilation = dilation
         self.slack_s = slack_s
+        self.host_is_device = host_is_device
         self.stats = ClockStats()
         self._free_at = 0.0
+        self._overslept = 0.0  # how far past its target the last sleep woke
 
     def spend(self, seconds: float) -> None:
         """Block for `seconds` of device time (× dilation), counted as described above."""
         if seconds <= 0:
             return
         now = time.perf_counter()
-        if now > self._free_at + self.slack_s:
-            self._free_at = now
+        if self.host_is_device:
+            # All the time since the last step ended was the host's own work (a CPU does it
+            # in line), except the last sleep's lateness: that is the clock's, not the host's.
+            start = max(self._free_at, now - self._overslept)
+        elif now > self._free_at + self.slack_s:
+            start = now
             self.stats.restarts += 1
-        target = self._free_at + seconds * self.dilation
+        else:
+            start = self._free_at
+        target = start + seconds * self.dilation
         self._free_at = target
         self.stats.spends += 1
         self.stats.charged_s += seconds
@@ -52,17 +68,19 @@ class ReplayClock:
         if remaining > 0:
             time.sleep(remaining)
         woke = time.perf_counter()
-        if woke > target:
-            self.stats.late_s += woke - target
+        self._overslept = max(0.0, woke - target)
+        self.stats.late_s += self._overslept
 
 
 # The clock of this process's replayed device; configure() sets it before the net is built.
 _clock = ReplayClock()
 
 
-def configure(dilation: float, slack_s: float = 0.002) -> ReplayClock:
+def configure(
+    dilation: float, slack_s: float = DEFAULT_SLACK_S, host_is_device: bool = False
+) -> ReplayClock:
     global _clock
-    _clock = ReplayClock(dilation, slack_s)
+    _clock = ReplayClock(dilation, slack_s, host_is_device)
     return _clock
 
 

@@ -77,8 +77,12 @@ def build_net_param(args: argparse.Namespace) -> Any:
     from poseidon.experiments.profile import load_profile
     from poseidon.experiments.replay import replay_net_param
 
-    configure(args.dilation)
-    return replay_net_param(net, load_profile(args.profile), args.byte_scale, args.model)
+    profile = load_profile(args.profile)
+    # A CPU is its own host: its profile's times already hold each layer's host work, and
+    # the syncer's host work (copies, sums) comes on top instead of overlapping (Note
+    # [device clock]). A GPU's queue hides host work up to the clock's slack.
+    configure(args.dilation, host_is_device=profile.device.get("kind") == "cpu")
+    return replay_net_param(net, profile, args.byte_scale, args.model)
 
 
 def barrier(sync: Any, name: str) -> None:

@@ -135,3 +135,35 @@ def test_layers_that_pin_their_own_lr_mult_stay_frozen_in_the_replay(tmp_path):
     replay = replay_net(profile, text=text)
     assert [s.index for s in sync_layout(replay)] == [s.index for s in sync_layout(real)]
     assert replay.params_lr == real.params_lr
+
+
+def test_a_cpu_is_its_own_host_so_its_replay_gives_no_back_to_back_credit(tmp_path, profile):
+    # The worker replays a CPU profile on a clock where host work adds (as on a CPU), any
+    # other device's with the default slack (a GPU's queue hides host work).
+    import argparse
+    import json
+
+    from poseidon.experiments.worker import build_net_param
+
+    path = str(tmp_path / "p.json")
+    for kind, host_is_device in (("cpu", True), ("derived", False)):
+        profile.device = {**profile.device, "kind": kind}
+        profile.save(path)
+        with open(path, encoding="utf-8") as f:
+            assert json.load(f)["device"]["kind"] == kind
+        args = argparse.Namespace(
+            model=str(tmp_path / "net.prototxt"), batch=None, profile=path, dilation=1.0,
+            byte_scale=1,
+        )  # fmt: skip
+        build_net_param(args)
+        assert clock.device_clock().host_is_device == host_is_device
+    clock.configure(dilation=1.0)
+
+    device = clock.ReplayClock(dilation=1.0, host_is_device=True)
+    started = time.perf_counter()
+    for _ in range(10):
+        device.spend(0.004)
+        busy_until = time.perf_counter() + 0.001
+        while time.perf_counter() < busy_until:
+            pass
+    assert time.perf_counter() - started == pytest.approx(0.050, abs=0.008)
