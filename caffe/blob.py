@@ -28,6 +28,7 @@ from caffe.synced_memory import SyncedTensor
 
 DTYPE = torch.float32
 MAX_BLOB_AXES = 32
+_INTEGERS = (int, np.integer)
 
 
 def _as_shape(dims: Iterable[int]) -> tuple[int, ...]:
@@ -121,8 +122,10 @@ class Blob:
     def reshape(self, *dims: int | Sequence[int]) -> None:
         """Reshape; accepts reshape(2, 3) and reshape([2, 3]). The memory is kept unless
         the new count exceeds it (Caffe's capacity rule)."""
-        if len(dims) == 1 and not isinstance(dims[0], int | np.integer):
+        if len(dims) == 1 and not isinstance(dims[0], _INTEGERS):
             dims = tuple(dims[0])  # type: ignore[arg-type]
+        if dims == self._shape:
+            return  # layers reshape their tops before every forward: mostly to the same shape
         shape = _as_shape(dims)  # type: ignore[arg-type]
         if shape == self._shape:
             return
@@ -211,6 +214,10 @@ class Blob:
         self._data_view = self._shaped(other._data)  # type: ignore[arg-type]
         self._fixed = other._fixed
         self.device = other.device
+
+    def shares_data_with(self, other: Blob) -> bool:
+        """Whether this blob already is `other`'s data memory in `other`'s shape."""
+        return self._data is not None and self._data is other._data and self._shape == other._shape
 
     def share_diff(self, other: Blob) -> None:
         """Make other's diff memory this blob's (counts must match); Caffe's ShareDiff."""

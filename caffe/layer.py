@@ -98,6 +98,7 @@ class Layer:
         self.blobs = BlobVec(self.device)
         self.phase = self.layer_param.phase
         self.loss_weights: list[float] = []
+        self._loss_terms: list[tuple[int, float]] = []  # (top index, weight) of weighted tops
         # Set by the Net after setup: which params and bottoms need gradients.
         self.param_propagate_down: list[bool] = []
         self.bottom_need_backward: list[bool] = []
@@ -187,11 +188,14 @@ class Layer:
         """Reshape, forward, and return the weighted loss of this layer's tops (or None)."""
         self.reshape(bottom, top)
         self.forward(bottom, top)
+        if not self._loss_terms:
+            return None
         loss = None
-        for blob, weight in zip(top, self.loss_weights):
-            if weight != 0:
-                term = blob.data_tensor.sum() * weight
-                loss = term if loss is None else loss + term
+        for top_index, weight in self._loss_terms:
+            term = top[top_index].data_tensor.sum()
+            if weight != 1:
+                term = term * weight
+            loss = term if loss is None else loss + term
         return loss
 
     def run_backward(
@@ -233,6 +237,7 @@ class Layer:
             # Caffe records the default in the layer's parameter (visible in saved models).
             self.layer_param.loss_weight.extend(weights)
         self.loss_weights = weights + [0.0] * (len(top) - len(weights))
+        self._loss_terms = [(i, w) for i, w in enumerate(self.loss_weights) if w != 0]
         for blob, weight in zip(top, self.loss_weights):
             if weight != 0:
                 # The weight lives in the top's diff: backward starts from it.

@@ -8,7 +8,8 @@ distributed layer (caffe/parallel.py) uses.
 
 Memory for learnable parameters is allocated once, after setup: all owned parameters
 live in one flat data buffer and one flat diff buffer, in learnable-parameter order,
-so each layer's parameters form one contiguous range (`layer_param_range`).
+so each layer's parameters form one contiguous range (`layer_param_range`), and learnable
+parameter i starts at `learnable_param_offsets[i]` (the solver updates runs of them at once).
 """
 
 from __future__ import annotations
@@ -322,18 +323,21 @@ class Net(PycaffeNetMixin, NetWeightsMixin):
         self.param_diff = torch.zeros(total, dtype=torch.float32, device=self.device)
         self.layer_param_range: list[tuple[int, int]] = []
         offset = 0
-        learnable = {id(b) for b in self.learnable_params}
+        offsets: dict[int, int] = {id(b): -1 for b in self.learnable_params}
         for layer in self.layers:
             start = offset
             for blob in layer.blobs:
-                if id(blob) not in learnable:
-                    continue
+                if offsets.get(id(blob), 0) != -1:
+                    continue  # not learnable here (shared from its owner), or placed already
+                offsets[id(blob)] = offset
                 count = blob.count
                 data_view = self.param_data[offset : offset + count]
                 data_view.copy_(blob.data_tensor.reshape(-1))
                 blob.bind_storage(data_view, self.param_diff[offset : offset + count])
                 offset += count
             self.layer_param_range.append((start, offset))
+        # Where learnable parameter i starts in the flat buffers (the solver's update plan).
+        self.learnable_param_offsets = [offsets[id(b)] for b in self.learnable_params]
         for net_id, owner_id in enumerate(self._param_owners):
             if owner_id >= 0:
                 self._params[net_id].share_data(self._params[owner_id])
@@ -344,34 +348,41 @@ class Net(PycaffeNetMixin, NetWeightsMixin):
         """Run layers start..end inclusive; returns the summed weighted loss."""
         if start < 0 or end >= len(self.layers) or start > end + 1:
             raise IndexError(f"forward range {start}..{end} outside 0..{len(self.layers) - 1}")
+        layers, bottoms, tops = self.layers, self._bottom_vecs, self._top_vecs
+        before, after = self._before_forward, self._after_forward
         loss = None
         for i in range(start, end + 1):
-            for callback in self._before_forward:
-                callback(i)
-            layer_loss = self.layers[i].run_forward(self._bottom_vecs[i], self._top_vecs[i])
+            if before:
+                for callback in before:
+                    callback(i)
+            layer_loss = layers[i].run_forward(bottoms[i], tops[i])
             if layer_loss is not None:
                 loss = layer_loss if loss is None else loss + layer_loss
             if self.debug_info:
                 self._forward_debug_info(i)
-            for callback in self._after_forward:
-                callback(i)
+            if after:
+                for callback in after:
+                    callback(i)
         return float(loss) if loss is not None else 0.0
 
     def backward_from_to(self, start: int, end: int) -> None:
         """Run backward for layers start down to end (inclusive) that need it."""
         if start >= len(self.layers) or end < 0:
             raise IndexError(f"backward range {start}..{end} outside 0..{len(self.layers) - 1}")
+        layers, bottoms, tops = self.layers, self._bottom_vecs, self._top_vecs
+        need, propagate = self._layer_need_backward, self._bottom_need_backward
+        before, after = self._before_backward, self._after_backward
         for i in range(start, end - 1, -1):
-            for callback in self._before_backward:
-                callback(i)
-            if self._layer_need_backward[i]:
-                self.layers[i].run_backward(
-                    self._top_vecs[i], self._bottom_need_backward[i], self._bottom_vecs[i]
-                )
+            if before:
+                for callback in before:
+                    callback(i)
+            if need[i]:
+                layers[i].run_backward(tops[i], propagate[i], bottoms[i])
                 if self.debug_info:
                     self._backward_debug_info(i)
-            for callback in self._after_backward:
-                callback(i)
+            if after:
+                for callback in after:
+                    callback(i)
 
     def forward_prefilled(self) -> float:
         return self.forward_from_to(0, len(self.layers) - 1)

@@ -34,7 +34,7 @@ class NeuronLayer(Layer):
     keeps_input = True  # whether gradient() needs x when the layer runs in place
 
     def reshape(self, bottom: Sequence[Blob], top: Sequence[Blob]) -> None:
-        top[0].reshape(bottom[0].shape)
+        top[0].reshape(bottom[0].shape_tuple)
 
     def activate(self, x: torch.Tensor, out: torch.Tensor) -> None:
         raise NotImplementedError(f"{type(self).__name__}.activate")

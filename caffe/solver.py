@@ -104,10 +104,16 @@ class Solver(SolverSnapshotMixin):
         self.net: Net = build_train_net(self.param)
         # Only the root solver tests, so only it builds (and opens the data of) test nets.
         self.test_nets: list[Net] = build_test_nets(self.param) if root_solver() else []
+        # The rule's state: per history set one flat buffer laid out as the net's parameter
+        # buffers, so that a rule can update many parameters with one op (caffe/solvers/
+        # sgd.py); `history` holds its per-parameter views, set by set (Caffe's order).
+        self.history_buffers: list[torch.Tensor] = [
+            torch.zeros_like(self.net.param_data) for _ in range(self.history_sets)
+        ]
         self.history: list[torch.Tensor] = [
-            torch.zeros_like(blob.data_tensor)
-            for _ in range(self.history_sets)
-            for blob in self.net.learnable_params
+            buffer[offset : offset + blob.count].view(blob.shape_tuple)
+            for buffer in self.history_buffers
+            for blob, offset in zip(self.net.learnable_params, self.net.learnable_param_offsets)
         ]
         _info("Solver scaffolding done.")
 
@@ -307,22 +313,27 @@ class Solver(SolverSnapshotMixin):
         test_net.share_with(self.net)
         num_iter = self.param.test_iter[test_net_id]
         outputs = test_net._outputs
+        output_blobs = [test_net._blobs[i] for i in outputs]
+        compute_loss = self.param.test_compute_loss
         scores: list[np.ndarray] | None = None
         loss = np.float32(0)
-        for _ in range(num_iter):
-            if self._handle_test_actions():
-                break
-            with torch.no_grad():
+        with torch.no_grad():
+            for _ in range(num_iter):
+                if self._handle_test_actions():
+                    break
                 iter_loss = test_net.forward_prefilled()
-            if self.param.test_compute_loss:
-                loss += np.float32(iter_loss)
-            values = [test_net._blobs[i].data.astype(np.float32).reshape(-1) for i in outputs]
-            # Sums stay float32, as Caffe's Dtype accumulators.
-            scores = values if scores is None else [s + v for s, v in zip(scores, values)]
+                if compute_loss:
+                    loss += np.float32(iter_loss)
+                # Sums stay float32, as Caffe's Dtype accumulators; the first pass is copied.
+                if scores is None:
+                    scores = [blob.data.astype(np.float32).reshape(-1) for blob in output_blobs]
+                else:
+                    for score, blob in zip(scores, output_blobs):
+                        score += blob.data.reshape(-1)
         if self.requested_early_exit:
             _info("Test interrupted.")
             return
-        if self.param.test_compute_loss:
+        if compute_loss:
             _info("Test loss: %s", cpp_float(loss / np.float32(num_iter)))
         if root_solver() and scores is not None:
             log_outputs(

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from caffe.labels import class_indices
+from caffe.labels import class_indices, gather_labels, operand_shapes
 from caffe.layer import Layer, register_layer
 
 
@@ -27,8 +27,18 @@ class AccuracyLayer(Layer):
         p = self.layer_param.accuracy_param
         self.top_k = int(p.top_k)
         self.ignore_label = p.ignore_label if p.HasField("ignore_label") else None
+        self._shapes: tuple | None = None  # the bottom shapes the geometry is derived for
 
     def reshape(self, bottom, top):
+        shapes = (bottom[0].shape_tuple, bottom[1].shape_tuple)
+        if shapes != self._shapes:
+            self._derive_geometry(bottom)
+            self._shapes = shapes
+        top[0].reshape(())
+        if len(top) > 1:
+            top[1].reshape((self.num_labels,))
+
+    def _derive_geometry(self, bottom) -> None:
         shape = bottom[0].shape
         try:
             self.axis = bottom[0].canonical_axis(self.layer_param.accuracy_param.axis)
@@ -46,14 +56,26 @@ class AccuracyLayer(Layer):
                 f"axis {self.axis} need {self.outer_num * self.inner_num} labels, got "
                 f"{bottom[1].count}"
             )
-        top[0].reshape([])
-        if len(top) > 1:
-            top[1].reshape([self.num_labels])
+        scores, labels = operand_shapes(self.outer_num, self.num_labels, self.inner_num)
+        self._scores_view = None if bottom[0].shape_tuple == scores else scores
+        self._labels_view = None if bottom[1].shape_tuple == labels else labels
 
     def forward(self, bottom, top):
-        scores = bottom[0].data_tensor.reshape(self.outer_num, self.num_labels, self.inner_num)
-        labels = bottom[1].data_tensor.reshape(self.outer_num, self.inner_num)
-        index, valid = class_indices(self, labels, self.num_labels, self.ignore_label)
+        outer, inner, classes = self.outer_num, self.inner_num, self.num_labels
+        scores, labels = bottom[0].data_tensor, bottom[1].data_tensor
+        if self._scores_view is not None:
+            scores = scores.view(self._scores_view)
+        if self._labels_view is not None:
+            labels = labels.view(self._labels_view)
+        if self.ignore_label is None and len(top) == 1:
+            # Every position counts: no mask, no host sync (gather checks the labels).
+            true_score = gather_labels(self, scores, labels.long(), classes)
+            # Classes scoring at least the true one, the true class itself included.
+            rivals = (scores >= true_score).sum(dim=1)
+            correct = (rivals <= self.top_k).sum()
+            torch.div(correct, max(1, outer * inner), out=top[0].data_tensor)
+            return
+        index, valid = class_indices(self, labels, classes, self.ignore_label)
         true_score = scores.gather(1, index.unsqueeze(1))
         # Classes scoring at least the true one, the true class itself excluded.
         rivals = (scores >= true_score).sum(dim=1) - 1
@@ -65,8 +87,8 @@ class AccuracyLayer(Layer):
         accuracy = torch.where(count > 0, correct.sum() / count.clamp(min=1), 0.0)
         top[0].set_data(accuracy.to(scores.dtype))
         if len(top) > 1:
-            seen = torch.bincount(index[valid], minlength=self.num_labels)
-            hits = torch.bincount(index[correct], minlength=self.num_labels)
+            seen = torch.bincount(index[valid], minlength=classes)
+            hits = torch.bincount(index[correct], minlength=classes)
             per_class = torch.where(seen > 0, hits / seen.clamp(min=1), 0.0)
             top[1].set_data(per_class.to(scores.dtype))
 

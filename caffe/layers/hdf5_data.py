@@ -109,6 +109,7 @@ class HDF5DataLayer(Layer):
             )
         self.row_shapes = row_shapes
         self.row_order = self._permutation(self.num_rows)
+        self._tensors = [torch.from_numpy(data) for data in self.datasets]  # the same memory
 
     def _read_dataset(self, f: h5py.File, path: str, name: str) -> np.ndarray:
         if name not in f:
@@ -140,8 +141,20 @@ class HDF5DataLayer(Layer):
         """Shapes are fixed at setup (every file must match the first)."""
 
     def forward(self, bottom, top):
+        start, n = self.current_row, self.batch_size
+        if self.shard.count == 1 and start + n <= self.num_rows:
+            # The batch is the next n rows of the file in memory: one copy per top, then the
+            # walk advances n rows (the last step of which may load the next file).
+            index = torch.from_numpy(self.row_order[start : start + n]) if self.shuffle else None
+            for blob, data in zip(top, self._tensors):
+                rows = data[start : start + n] if index is None else data.index_select(0, index)
+                blob.data_tensor.copy_(rows)
+            self.current_row += n - 1
+            self.offset += n - 1
+            self._advance()
+            return
         batches = [np.empty(blob.shape, dtype=np.float32) for blob in top]
-        for item in range(self.batch_size):
+        for item in range(n):
             while not self.shard.keeps(self.offset):
                 self._advance()
             row = self.row_order[self.current_row]

@@ -2,6 +2,12 @@
 
 Backward is written out (three GEMMs) rather than left to autograd: the weight-gradient
 GEMM is the one that sufficient-factor broadcasting replaces, so it must be separable.
+
+On small nets the views around the GEMMs cost as much as the GEMMs, so the layer makes none
+it can avoid: a blob that already is the M×K (or M×N) matrix is used as it is, and the
+transposed views of the weight and of the top diff are kept for as long as those tensors are
+the same objects (blob memory stays put; a test net sharing the train net's weights gets
+new ones, and the cache follows).
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ class InnerProductLayer(Layer):
         self.bias_term = p.bias_term
         self.transpose = p.transpose
         self.axis = bottom[0].canonical_axis(p.axis)
+        self._bottom_shape: tuple[int, ...] | None = None  # what M and the top shape are for
+        self._t_of: list[torch.Tensor | None] = [None, None]  # weight, top diff
+        self._t_views: list[torch.Tensor | None] = [None, None]
         self.K = math.prod(bottom[0].shape[self.axis :])
         weight_shape = [self.K, self.num_output] if self.transpose else [self.num_output, self.K]
         expected = [weight_shape] + ([[self.num_output]] if self.bias_term else [])
@@ -49,29 +58,49 @@ class InnerProductLayer(Layer):
             fill(self.blobs.add_blob(self.num_output), p.bias_filler)
 
     def reshape(self, bottom, top):
-        shape = bottom[0].shape
-        k = math.prod(shape[self.axis :])
-        if k != self.K:
-            raise self.error(
-                f"input size incompatible with inner product parameters: bottom {shape} has "
-                f"{k} features from axis {self.axis}, the weights expect {self.K}"
-            )
-        self.M = math.prod(shape[: self.axis])
-        top[0].reshape([*shape[: self.axis], self.num_output])
+        shape = bottom[0].shape_tuple
+        if shape is not self._bottom_shape:  # a blob keeps its shape tuple until it changes
+            k = math.prod(shape[self.axis :])
+            if k != self.K:
+                raise self.error(
+                    f"input size incompatible with inner product parameters: bottom "
+                    f"{list(shape)} has {k} features from axis {self.axis}, the weights "
+                    f"expect {self.K}"
+                )
+            self.M = math.prod(shape[: self.axis])
+            self._top_shape = (*shape[: self.axis], self.num_output)
+            self._bottom_shape = shape
+            # Whether the blobs are the GEMM operands already, or need a 2-D view.
+            self._bottom_is_matrix = shape == (self.M, self.K)
+            self._top_is_matrix = len(self._top_shape) == 2
+        top[0].reshape(self._top_shape)
+
+    def _transposed(self, slot: int, tensor: torch.Tensor) -> torch.Tensor:
+        """tensor.t(), made again only when `tensor` is another object than last time."""
+        if self._t_of[slot] is not tensor:
+            self._t_of[slot] = tensor
+            self._t_views[slot] = tensor.t()
+        return self._t_views[slot]
 
     def forward(self, bottom, top):
-        x = bottom[0].data_tensor.view(self.M, self.K)
+        x, y = bottom[0].data_tensor, top[0].data_tensor
+        if not self._bottom_is_matrix:
+            x = x.view(self.M, self.K)
+        if not self._top_is_matrix:
+            y = y.view(self.M, self.num_output)
         w = self.blobs[0].data_tensor
-        w = w if self.transpose else w.t()
-        y = top[0].data_tensor.view(self.M, self.num_output)
+        w = w if self.transpose else self._transposed(0, w)
         if self.bias_term:
             torch.addmm(self.blobs[1].data_tensor, x, w, out=y)
         else:
             torch.mm(x, w, out=y)
 
     def backward(self, top, propagate_down, bottom):
-        dy = top[0].diff_tensor.view(self.M, self.num_output)
-        x = bottom[0].data_tensor.view(self.M, self.K)
+        dy, x = top[0].diff_tensor, bottom[0].data_tensor
+        if not self._top_is_matrix:
+            dy = dy.view(self.M, self.num_output)
+        if not self._bottom_is_matrix:
+            x = x.view(self.M, self.K)
         if self.sufficient_factor_sink is not None:
             self.sufficient_factor_sink(dy, x)
         else:
@@ -81,8 +110,10 @@ class InnerProductLayer(Layer):
                 self.blobs[1].diff_tensor.add_(dy.sum(dim=0))
         if propagate_down[0]:
             w = self.blobs[0].data_tensor
-            dx = bottom[0].diff_tensor.view(self.M, self.K)
-            torch.mm(dy, w.t() if self.transpose else w, out=dx)
+            dx = bottom[0].diff_tensor
+            if not self._bottom_is_matrix:
+                dx = dx.view(self.M, self.K)
+            torch.mm(dy, self._transposed(0, w) if self.transpose else w, out=dx)
 
     # ----- sufficient factors (caffe/parallel.py, SFB) ----------------------------------------
     def comm_shape(self, bottom) -> CommShape:
@@ -108,4 +139,4 @@ class InnerProductLayer(Layer):
         if self.transpose:
             dw.addmm_(x.t(), dy)
         else:
-            dw.addmm_(dy.t(), x)
+            dw.addmm_(self._transposed(1, dy), x)

@@ -21,7 +21,7 @@ class ReLULayer(Layer):
         self.negative_slope = self.layer_param.relu_param.negative_slope
 
     def reshape(self, bottom, top):
-        top[0].reshape(bottom[0].shape)
+        top[0].reshape(bottom[0].shape_tuple)
 
     def forward(self, bottom, top):
         x, y = bottom[0].data_tensor, top[0].data_tensor

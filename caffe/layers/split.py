@@ -14,8 +14,9 @@ class SplitLayer(Layer):
 
     def reshape(self, bottom, top):
         for blob in top:
-            blob.reshape(bottom[0].shape)
-            blob.share_data(bottom[0])  # every top is the bottom's data, as Caffe's ShareData
+            if not blob.shares_data_with(bottom[0]):  # done already, unless the shape changed
+                blob.reshape(bottom[0].shape_tuple)
+                blob.share_data(bottom[0])  # every top is the bottom's data (Caffe's ShareData)
 
     def forward(self, bottom, top):
         """The tops are the bottom's memory: nothing to compute."""

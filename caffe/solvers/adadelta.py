@@ -5,19 +5,17 @@ step = lr·u.  History: [h1 of every parameter] + [h2 of every parameter]."""
 from __future__ import annotations
 
 from caffe.solvers.registry import register_solver
-from caffe.solvers.sgd import SGDSolver
+from caffe.solvers.sgd import ParamSpan, SGDSolver
 
 
 @register_solver("AdaDelta")
 class AdaDeltaSolver(SGDSolver):
     history_sets = 2
 
-    def compute_update_value(self, param_id: int, rate: float) -> None:
+    def compute_update_value(self, span: ParamSpan, rate: float) -> None:
         momentum, delta = self.param.momentum, self.param.delta
-        grad = self.net.learnable_params[param_id].diff_tensor
-        grad_sq = self.history[param_id]
-        update_sq = self.history[param_id + len(self.net.learnable_params)]
+        grad, (grad_sq, update_sq) = span.diff, span.history
         grad_sq.mul_(momentum).addcmul_(grad, grad, value=1.0 - momentum)
         grad.mul_(((update_sq + delta) / (grad_sq + delta)).sqrt_())
         update_sq.mul_(momentum).addcmul_(grad, grad, value=1.0 - momentum)
-        grad.mul_(self.local_rate(param_id, rate))
+        grad.mul_(rate * span.lr_mult)

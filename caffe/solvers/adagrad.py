@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from caffe.errors import SolverError
 from caffe.solvers.registry import register_solver
-from caffe.solvers.sgd import SGDSolver
+from caffe.solvers.sgd import ParamSpan, SGDSolver
 
 
 @register_solver("AdaGrad")
@@ -16,8 +16,7 @@ class AdaGradSolver(SGDSolver):
                 f"Momentum cannot be used with AdaGrad (solver momentum is {self.param.momentum})"
             )
 
-    def compute_update_value(self, param_id: int, rate: float) -> None:
-        grad = self.net.learnable_params[param_id].diff_tensor
-        history = self.history[param_id]
+    def compute_update_value(self, span: ParamSpan, rate: float) -> None:
+        grad, history = span.diff, span.history[0]
         history.addcmul_(grad, grad)
-        grad.div_(history.sqrt().add_(self.param.delta)).mul_(self.local_rate(param_id, rate))
+        grad.div_(history.sqrt().add_(self.param.delta)).mul_(rate * span.lr_mult)

@@ -10,21 +10,19 @@ import math
 import torch
 
 from caffe.solvers.registry import register_solver
-from caffe.solvers.sgd import SGDSolver
+from caffe.solvers.sgd import ParamSpan, SGDSolver
 
 
 @register_solver("Adam")
 class AdamSolver(SGDSolver):
     history_sets = 2
 
-    def compute_update_value(self, param_id: int, rate: float) -> None:
+    def compute_update_value(self, span: ParamSpan, rate: float) -> None:
         beta1, beta2 = self.param.momentum, self.param.momentum2
         t = self.iter + 1
         correction = math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
-        grad = self.net.learnable_params[param_id].diff_tensor
-        m = self.history[param_id]
-        v = self.history[param_id + len(self.net.learnable_params)]
+        grad, (m, v) = span.diff, span.history
         m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
         v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
         torch.div(m, v.sqrt().add_(self.param.delta), out=grad)
-        grad.mul_(self.local_rate(param_id, rate) * correction)
+        grad.mul_(rate * span.lr_mult * correction)

@@ -6,16 +6,15 @@ from __future__ import annotations
 import torch
 
 from caffe.solvers.registry import register_solver
-from caffe.solvers.sgd import SGDSolver
+from caffe.solvers.sgd import ParamSpan, SGDSolver
 
 
 @register_solver("Nesterov")
 class NesterovSolver(SGDSolver):
-    def compute_update_value(self, param_id: int, rate: float) -> None:
+    def compute_update_value(self, span: ParamSpan, rate: float) -> None:
         momentum = self.param.momentum
-        grad = self.net.learnable_params[param_id].diff_tensor
-        history = self.history[param_id]
+        grad, history = span.diff, span.history[0]
         previous = history.clone()
-        history.mul_(momentum).add_(grad, alpha=self.local_rate(param_id, rate))
+        history.mul_(momentum).add_(grad, alpha=rate * span.lr_mult)
         torch.mul(history, 1.0 + momentum, out=grad)
         grad.sub_(previous, alpha=momentum)

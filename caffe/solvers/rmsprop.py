@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from caffe.errors import SolverError
 from caffe.solvers.registry import register_solver
-from caffe.solvers.sgd import SGDSolver
+from caffe.solvers.sgd import ParamSpan, SGDSolver
 
 
 @register_solver("RMSProp")
@@ -21,9 +21,8 @@ class RMSPropSolver(SGDSolver):
                 f"rms_decay should lie between 0 and 1 (solver rms_decay is {self.param.rms_decay})"
             )
 
-    def compute_update_value(self, param_id: int, rate: float) -> None:
+    def compute_update_value(self, span: ParamSpan, rate: float) -> None:
         decay = self.param.rms_decay
-        grad = self.net.learnable_params[param_id].diff_tensor
-        history = self.history[param_id]
+        grad, history = span.diff, span.history[0]
         history.mul_(decay).addcmul_(grad, grad, value=1.0 - decay)
-        grad.div_(history.sqrt().add_(self.param.delta)).mul_(self.local_rate(param_id, rate))
+        grad.div_(history.sqrt().add_(self.param.delta)).mul_(rate * span.lr_mult)

@@ -85,3 +85,23 @@ def test_mismatched_rows_between_files_are_an_error(tmp_path):
     with pytest.raises(LayerError, match="differ from the first file"):
         for _ in range(2):
             run_forward(layer, bottom, top)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_whole_batches_walk_the_rows_as_one_row_batches_do(tmp_path, shuffle):
+    # Batches of 3 from files of 7 and 5 rows: some lie inside a file (one copy per top),
+    # some straddle a file's end or the wrap (row by row); batches of 1 are the plain walk.
+    write_h5(tmp_path / "a.h5", 7, 0)
+    write_h5(tmp_path / "b.h5", 5, 100)
+    files = [str(tmp_path / "a.h5"), str(tmp_path / "b.h5")]
+    caffe.set_random_seed(5)
+    layer, bottom, top = hdf5_layer(tmp_path, files, 3, shuffle=shuffle)
+    batches = [run_forward(layer, bottom, top) for _ in range(10)]
+    caffe.set_random_seed(5)
+    one, bottom1, top1 = hdf5_layer(tmp_path, files, 1, shuffle=shuffle)
+    rows = [run_forward(one, bottom1, top1) for _ in range(30)]
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]),
+                                  np.concatenate([r[1] for r in rows]))  # fmt: skip
+    np.testing.assert_array_equal(np.concatenate([b[0] for b in batches]),
+                                  np.concatenate([r[0] for r in rows]))  # fmt: skip
+    assert layer.offset == one.offset == 30
