@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from caffe.conv_geometry import spatial_values
+from caffe.conv_geometry import conv_window
 from caffe.fillers import fill
 from caffe.layer import Layer
 from caffe.sync_layout import CommShape
@@ -75,14 +75,7 @@ class BaseConvolutionLayer(Layer):
 
     def _read_geometry(self, p) -> None:
         n, err = self.num_spatial, self.error
-        self.kernel = spatial_values(p, "kernel_size", ("kernel_h", "kernel_w"), n, None, err)
-        self.stride = spatial_values(p, "stride", ("stride_h", "stride_w"), n, 1, err)
-        self.pad = spatial_values(p, "pad", ("pad_h", "pad_w"), n, 0, err)
-        self.dilation = spatial_values(p, "dilation", None, n, 1, err)
-        for name, values in (("Filter", self.kernel), ("Stride", self.stride),
-                             ("Dilation", self.dilation)):  # fmt: skip
-            if min(values) <= 0:
-                raise self.error(f"{name} dimensions must be nonzero (got {list(values)})")
+        self.kernel, self.stride, self.pad, self.dilation = conv_window(p, n, err)
 
     def _make_blobs(self, p) -> None:
         expected = [self.weight_shape()] + ([[self.num_output]] if self.bias_term else [])

@@ -57,6 +57,22 @@ def spatial_values(
     return tuple(values)
 
 
+def conv_window(
+    param: object, num_spatial: int, error: ErrorFactory
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """A ConvolutionParameter's kernel, stride, pad and dilation, one value per spatial
+    axis, checked as Caffe checks them (Convolution, Deconvolution and Im2col share them)."""
+    kernel = spatial_values(param, "kernel_size", ("kernel_h", "kernel_w"), num_spatial, None,
+                            error)  # fmt: skip
+    stride = spatial_values(param, "stride", ("stride_h", "stride_w"), num_spatial, 1, error)
+    pad = spatial_values(param, "pad", ("pad_h", "pad_w"), num_spatial, 0, error)
+    dilation = spatial_values(param, "dilation", None, num_spatial, 1, error)
+    for name, values in (("Filter", kernel), ("Stride", stride), ("Dilation", dilation)):
+        if min(values) <= 0:
+            raise error(f"{name} dimensions must be nonzero (got {list(values)})")
+    return kernel, stride, pad, dilation
+
+
 def declared_values(param: object, name: str, default: int | None) -> tuple[int, ...]:
     """A spatial parameter as written, before the number of spatial axes is known (drawing
     a net, net_spec geometry): `(<p>_h, <p>_w)` when either is set (`kernel_size` pairs

@@ -1,7 +1,7 @@
 """Im2col: every kernel-sized patch of the input as a column, the input of a convolution GEMM.
 
 convolution_param gives axis (the channel axis; the axes before it are batch axes, the rest
-spatial), kernel, stride, pad and dilation in Caffe's forms (conv_geometry.spatial_values);
+spatial), kernel, stride, pad and dilation in Caffe's forms (conv_geometry.conv_window);
 num_output, bias and fillers are not used. For C channels and kernel k1×…×kn the top has
 C·k1·…·kn channels, ordered channel-major then kernel offset (c, i1, …, in), and each spatial
 axis has the convolution's size floor((in + 2p − d(k−1) − 1)/s) + 1. Cells of a patch that
@@ -19,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from caffe.conv_geometry import conv_output_size, kernel_extent, spatial_values
+from caffe.conv_geometry import conv_output_size, conv_window, kernel_extent
 from caffe.layer import AutogradLayer, register_layer
 
 
@@ -64,14 +64,7 @@ class Im2colLayer(AutogradLayer):
                 f"bottom has shape {shape}"
             )
         n, err = self.num_spatial, self.error
-        self.kernel = spatial_values(p, "kernel_size", ("kernel_h", "kernel_w"), n, None, err)
-        self.stride = spatial_values(p, "stride", ("stride_h", "stride_w"), n, 1, err)
-        self.pad = spatial_values(p, "pad", ("pad_h", "pad_w"), n, 0, err)
-        self.dilation = spatial_values(p, "dilation", None, n, 1, err)
-        for name, values in (("Filter", self.kernel), ("Stride", self.stride),
-                             ("Dilation", self.dilation)):  # fmt: skip
-            if min(values) <= 0:
-                raise self.error(f"{name} dimensions must be nonzero (got {list(values)})")
+        self.kernel, self.stride, self.pad, self.dilation = conv_window(p, n, err)
 
     def reshape(self, bottom, top):
         shape = bottom[0].shape
