@@ -94,14 +94,40 @@ class NetWeightsMixin:
         if not os.path.exists(filename):
             raise WeightsError(f"Could not open file {filename}")
         if is_hdf5(filename):
-            self.load_hdf5(filename)
+            copied = self.load_hdf5(filename)
         else:
-            self._copy_from_caffemodel(filename)
+            copied = self._copy_from_caffemodel(filename)
+        self._report_layers_without_weights(filename, copied)
 
-    def _copy_from_caffemodel(self, filename: str) -> None:
+    def _report_layers_without_weights(self, filename: str, copied: set[str]) -> None:
+        """BVLC is silent when a learnable layer finds nothing to copy (a file cut short at a
+        layer boundary, a renamed layer): the net then trains or tests on its initial
+        weights. We say so, one line per layer, so that a fine-tuning's intended fresh layers
+        are listed and an incomplete file is noticed."""
+        for layer_id, layer in enumerate(self.layers):
+            name = self._layer_names[layer_id]
+            if not layer.blobs or name in copied:
+                continue
+            owned = [
+                self._param_owners[self._net_param_id(layer_id, j)] < 0
+                for j in range(len(layer.blobs))
+            ]
+            if any(owned):  # a layer whose every blob is shared gets its owner's weights
+                _log.warning(
+                    "Layer '%s' (%s) got no weights from %s: it keeps its initial values",
+                    name, layer.type, filename,
+                )  # fmt: skip
+
+    def _copy_from_caffemodel(self, filename: str) -> set[str]:
         from caffe.weights_io import read_caffemodel, shape_equals
 
         weights = read_caffemodel(filename)
+        if not weights.layers:
+            raise WeightsError(
+                f"{filename}: no layers in this weights file (empty, or cut short before its "
+                "first layer); nothing was loaded"
+            )
+        copied = set()
         for source in weights.layers:
             if not self.has_layer(source.name):
                 _log.info("Ignoring source layer %s", source.name)
@@ -124,14 +150,20 @@ class NetWeightsMixin:
                     )
                 values = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32))
                 dst.data_tensor.copy_(values.view(dst.shape_tuple))
+            copied.add(source.name)
+        return copied
 
-    def load_hdf5(self, filename: str) -> None:
+    def load_hdf5(self, filename: str) -> set[str]:
+        """Copy same-named layers' weights; returns the names of the layers copied."""
         import h5py
 
+        copied = set()
         with h5py.File(filename, "r") as f:
             if "data" not in f:
                 raise WeightsError(f"{filename}: no /data group; not a Caffe HDF5 weights file")
             data = f["data"]
+            if not len(data):
+                raise WeightsError(f"{filename}: no layers in /data; nothing was loaded")
             for name in data:
                 if not self.has_layer(name):
                     _log.info("Ignoring source layer %s", name)
@@ -156,6 +188,8 @@ class NetWeightsMixin:
                             f"{_shape_text(blob.shape_tuple)}."
                         )
                     blob.data_tensor.copy_(torch.from_numpy(values))
+                copied.add(name)
+        return copied
 
     def share_with(self, other) -> None:
         """Alias the data (not diff) of same-named layers' blobs with `other` (test nets)."""
