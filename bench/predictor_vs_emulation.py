@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from poseidon.config import parse_layer_schemes
 from poseidon.experiments.emulation import TCP_GOODPUT_TBF
 from poseidon.experiments.predict import Link, predict_cell
 from poseidon.experiments.profile import load_profile
@@ -26,8 +27,7 @@ def predict(profile, cell: dict, link: Link) -> tuple[float, float]:  # type: ig
     mode, schemes = cell["mode"], None
     if mode == "poseidon-tuned":
         mode = "poseidon"
-        pairs = cell.get("layer_schemes", "").split(",")
-        schemes = dict(item.split("=", 1) for item in pairs if item)
+        schemes = parse_layer_schemes(cell.get("layer_schemes", ""), "layer_schemes")
     cell_prediction = predict_cell(profile, mode, cell["nodes"], link, layer_schemes=schemes)
     busy = cell_prediction.bytes_per_node / link.bytes_per_s / cell_prediction.iteration_s
     return cell_prediction.iteration_s, busy

@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from caffe.conv_geometry import conv_window
+from caffe.conv_geometry import conv_axes, conv_window
 from caffe.fillers import fill
 from caffe.layer import Layer
 from caffe.sync_layout import CommShape
@@ -42,16 +42,7 @@ class BaseConvolutionLayer(Layer):
     def setup(self, bottom, top):
         p = self.layer_param.convolution_param
         shape = bottom[0].shape
-        try:
-            self.channel_axis = bottom[0].canonical_axis(p.axis)
-        except ValueError as exc:
-            raise self.error(f"convolution_param.axis: {exc}") from None
-        self.num_spatial = len(shape) - self.channel_axis - 1
-        if not 1 <= self.num_spatial <= MAX_SPATIAL_AXES:
-            raise self.error(
-                f"needs 1 to {MAX_SPATIAL_AXES} spatial axes after the channel axis "
-                f"{self.channel_axis}; bottom {shape} has {self.num_spatial}"
-            )
+        self.channel_axis, self.num_spatial = conv_axes(bottom[0], p, self.error, MAX_SPATIAL_AXES)
         self._read_geometry(p)
         self.channels = shape[self.channel_axis]
         self.num_output = p.num_output

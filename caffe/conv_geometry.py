@@ -57,6 +57,26 @@ def spatial_values(
     return tuple(values)
 
 
+def conv_axes(
+    blob: object, param: object, error: ErrorFactory, max_spatial: int | None = None
+) -> tuple[int, int]:
+    """(channel axis, number of spatial axes after it) of `blob` under a
+    ConvolutionParameter's `axis`: at least one spatial axis, at most `max_spatial`."""
+    try:
+        channel_axis = blob.canonical_axis(param.axis)  # type: ignore[attr-defined]
+    except ValueError as exc:
+        raise error(f"convolution_param.axis: {exc}") from None
+    shape = blob.shape  # type: ignore[attr-defined]
+    num_spatial = len(shape) - channel_axis - 1
+    if num_spatial < 1 or (max_spatial is not None and num_spatial > max_spatial):
+        upto = f" (at most {max_spatial})" if max_spatial is not None else ""
+        raise error(
+            f"needs at least one spatial axis{upto} after the channel axis {channel_axis}; "
+            f"bottom {list(shape)} has {num_spatial} spatial axes"
+        )
+    return channel_axis, num_spatial
+
+
 def conv_window(
     param: object, num_spatial: int, error: ErrorFactory
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:

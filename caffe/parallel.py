@@ -42,7 +42,6 @@ import functools
 import logging
 import math
 import re
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -158,8 +157,8 @@ class PoseidonSync:
         self.pass_index = 0
         self.pending_rate: float | None = None
         self.started = False
-        self.shard: ColocatedShard | None = None  # set by join
-        self.coordinator: rendezvous.CoordinatorThread | None = None  # set by join_uid (rank 0)
+        self.shard: rendezvous.NodeThread | None = None  # the colocated shard, set by join
+        self.coordinator: rendezvous.NodeThread | None = None  # set by join_uid (rank 0)
         self.worker_timeout_s = 60.0
         # False only where every worker provably starts from the same weights (the compute
         # replay's placeholders): the first step then skips rank 0's broadcast.
@@ -443,7 +442,7 @@ class PoseidonSync:
             with contextlib.suppress(poseidon.CommError):
                 self.worker.abort(f"worker {self.rank} failed: {error}")
             if self.shard is not None:
-                self.shard.stop(f"worker {self.rank} failed")
+                self.shard.abort(f"worker {self.rank} failed")
             if self.coordinator is not None:
                 # The coordinator holds the reason now. Its teardown waits for every node to
                 # close, this process's worker too: shutting down an aborted worker closes it
@@ -455,11 +454,12 @@ class PoseidonSync:
         else:
             self.flush()
             self.worker.shutdown()
-            if self.shard is not None:
-                self.shard.join(self.worker_timeout_s)
-            if self.coordinator is not None and not self.coordinator.join(self.worker_timeout_s):
-                raise DistributedError(f"coordinator still running {self.worker_timeout_s:.0f}s "
-                                       "after every worker shut down")  # fmt: skip
+            for what, node in (("colocated shard", self.shard), ("coordinator", self.coordinator)):
+                if node is not None and not node.join(self.worker_timeout_s):
+                    raise DistributedError(
+                        f"{what} of worker {self.rank} still running "
+                        f"{self.worker_timeout_s:.0f}s after the job ended"
+                    )
         if self.comm_thread is not None:
             self.comm_thread.shutdown(wait=False)
         if self.timeline is not None:
@@ -549,9 +549,14 @@ def join(
     native = config.to_native()
     if config.colocate:
         _colocated_shards = min(config.num_workers, config.num_servers)
-    shard = ColocatedShard.start(config) if config.colocate else None
+    # More workers than shards: a worker beyond them has none beside it.
+    shard = (
+        rendezvous.NodeThread.shard(config)
+        if config.colocate and config.rank < config.num_servers
+        else None
+    )
     if shard is not None:
-        native.local_server = shard.server.local_address
+        native.local_server = shard.node.local_address
     try:
         worker = _C.Worker(native)
         worker.connect()
@@ -562,7 +567,7 @@ def join(
                             broadcast_weights, config.layer_schemes, hooks)  # fmt: skip
     except BaseException:
         if shard is not None:
-            shard.stop("worker failed to join the job")
+            shard.abort("worker failed to join the job")
         raise
     sync.shard = shard
     return sync
@@ -601,7 +606,7 @@ def join_uid(solver, uid: bytes, rank: int, count: int) -> PoseidonSync:
     coordinator = None
     if rank == 0:
         try:
-            coordinator = rendezvous.CoordinatorThread.start(config)
+            coordinator = rendezvous.NodeThread.coordinator(config)
         except poseidon.CommError as e:
             raise DistributedError(
                 f"{who}: cannot start the coordinator at {session.address}, the uid's "
@@ -627,40 +632,3 @@ def join_uid(solver, uid: bytes, rank: int, count: int) -> PoseidonSync:
         )
     sync.coordinator = coordinator
     return sync
-
-
-class ColocatedShard:
-    """KV-store shard `rank` running inside the worker's process (the paper's layout: a
-    shard beside each worker). The worker reaches it through the in-process transport;
-    other workers through TCP as usual. `run()` blocks with the GIL released, on a thread."""
-
-    def __init__(self, server: _C.KVServer) -> None:
-        self.server = server
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="poseidon-shard", daemon=True)
-
-    @classmethod
-    def start(cls, config: poseidon.Config) -> ColocatedShard | None:
-        if config.rank >= config.num_servers:
-            return None  # more workers than shards: this worker has none beside it
-        shard = cls(_C.KVServer(config.replace(role="server").to_native()))
-        shard.thread.start()
-        return shard
-
-    def _run(self) -> None:
-        try:
-            self.server.run()
-        except poseidon.CommError as e:  # the worker reports the job's failure itself
-            self.error = e
-
-    def join(self, timeout_s: float) -> None:
-        """After the worker's shutdown: the shard ends with the job."""
-        self.thread.join(timeout_s)
-        if self.thread.is_alive():
-            raise DistributedError(f"colocated shard still running {timeout_s:.0f}s after "
-                                   "the job ended")  # fmt: skip
-
-    def stop(self, reason: str) -> None:
-        with contextlib.suppress(poseidon.CommError):
-            self.server.abort(reason)
-        self.thread.join(5.0)

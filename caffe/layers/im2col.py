@@ -19,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from caffe.conv_geometry import conv_output_size, conv_window, kernel_extent
+from caffe.conv_geometry import conv_axes, conv_output_size, conv_window, kernel_extent
 from caffe.layer import AutogradLayer, register_layer
 
 
@@ -52,17 +52,7 @@ class Im2colLayer(AutogradLayer):
 
     def setup(self, bottom, top):
         p = self.layer_param.convolution_param
-        shape = bottom[0].shape
-        try:
-            self.channel_axis = bottom[0].canonical_axis(p.axis)
-        except ValueError as exc:
-            raise self.error(f"convolution_param.axis: {exc}") from None
-        self.num_spatial = len(shape) - self.channel_axis - 1
-        if self.num_spatial < 1:
-            raise self.error(
-                f"needs at least one spatial axis after the channel axis {self.channel_axis}; "
-                f"bottom has shape {shape}"
-            )
+        self.channel_axis, self.num_spatial = conv_axes(bottom[0], p, self.error)
         n, err = self.num_spatial, self.error
         self.kernel, self.stride, self.pad, self.dilation = conv_window(p, n, err)
 

@@ -4,7 +4,7 @@ rendezvous behind pycaffe's `caffe.NCCL` (BVLC's python/train.py).
     uid = new_uid()              # in the parent: b"poseidon-uid/1 127.0.0.1:PORT TOKEN"
     # ... every process of the job receives uid (multiprocessing pickles it) ...
     session = Uid.parse(uid)     # address of the coordinator, and the job's token
-    CoordinatorThread.start(config)   # rank 0 only: the coordinator on a thread of its own
+    NodeThread.coordinator(config)   # rank 0 only: the coordinator on a thread of its own
 
 A uid names where the coordinator will listen (a port free when new_uid() ran, on
 127.0.0.1: the processes of a uid job share one machine, as Caffe's multi-GPU flow does)
@@ -66,21 +66,33 @@ def new_uid(host: str = LOCAL_HOST) -> bytes:
     return Uid(f"{host}:{free_port(host)}", secrets.token_hex(16)).encode()
 
 
-class CoordinatorThread:
-    """The job's coordinator on a daemon thread of this process. Its `run()` releases the
-    GIL and returns once every worker has shut down; it raises when the job aborts."""
+class NodeThread:
+    """A coordinator or KV-store shard run on a daemon thread of this process: its `run()`
+    releases the GIL and returns once every worker has shut down, or raises when the job
+    aborts (the workers report that failure themselves, so it is only kept in `error`).
+    Rank 0 of a uid job runs the coordinator this way; every worker with a colocated shard
+    (caffe/parallel.py) runs its shard this way."""
 
-    def __init__(self, node: _C.Coordinator) -> None:
+    def __init__(self, node: _C.Coordinator | _C.KVServer, name: str) -> None:
         self.node = node
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="poseidon-coordinator", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     @classmethod
-    def start(cls, config: Config) -> CoordinatorThread:
+    def coordinator(cls, config: Config) -> NodeThread:
         """Binds config.coordinator now (raises CommError when it cannot), then runs."""
-        coordinator = cls(_C.Coordinator(config.replace(role="coordinator").to_native()))
-        coordinator.thread.start()
-        return coordinator
+        node = cls(
+            _C.Coordinator(config.replace(role="coordinator").to_native()), "poseidon-coordinator"
+        )
+        node.thread.start()
+        return node
+
+    @classmethod
+    def shard(cls, config: Config) -> NodeThread:
+        """Shard `config.rank`, reached by its worker through the in-process transport."""
+        node = cls(_C.KVServer(config.replace(role="server").to_native()), "poseidon-shard")
+        node.thread.start()
+        return node
 
     @property
     def address(self) -> str:
@@ -89,17 +101,17 @@ class CoordinatorThread:
     def _run(self) -> None:
         try:
             self.node.run()
-        except _C.CommError as e:  # the workers report the job's failure themselves
+        except _C.CommError as e:
             self.error = e
 
     def join(self, timeout_s: float) -> bool:
-        """After this process's worker shut down: whether the coordinator ended in time."""
+        """After this process's worker shut down: whether the node ended in time."""
         self.thread.join(timeout_s)
         return not self.thread.is_alive()
 
     def abort(self, reason: str, wait_s: float = 5.0) -> None:
-        """Abort the job; wait up to `wait_s` for the coordinator to tell every node and to
-        see them close (a node of this very process that is still open holds that up)."""
+        """Abort the job; wait up to `wait_s` for the node to tell its peers and to see them
+        close (a node of this very process that is still open holds that up)."""
         with contextlib.suppress(_C.CommError):  # already ended
             self.node.abort(reason)
         self.thread.join(wait_s)

@@ -41,13 +41,13 @@ SCALED_MODEL_BYTES = 32 << 20
 MIN_DILATION = 4.0
 # The replay's host work per node, layer and iteration (Python per layer, WFBP hooks, the
 # syncer and its C++ threads), in real CPU seconds, and the share of the machine's cores
-# that all nodes' host work may take: beyond it the nodes wait on each other for a core,
-# and a net of many short layers reads slow (16 Inception-V3 nodes on 10 GbE: 8.9% above
-# the prediction at d = 8, 0.4% at d = 32). Measured (host_load of the workers' results,
-# Inception-V3 on 10 GbE): 0.3 ms per layer at P = 2 for the PS modes, growing with the
-# peers to 0.5 ms at P = 16 (the all-reduce's ring steps: 0.4 to 1.6 ms); the 16-node
-# cells that this picks (d = 32) took 14-15% of the cores (the all-reduce 43%) and read
-# within 0.4% (1.3%) of the prediction.
+# that all nodes' host work may take: beyond it the nodes wait on each other for a core, and
+# a net of many short layers reads slow (16 Inception-V3 nodes on 10 GbE: 8.9% above the
+# prediction at d = 8 on a machine also running nice'd tests, 0.4% at d = 32). Measured
+# (host_load of the workers' results, Inception-V3 on 10 GbE): 0.3 ms per layer at P = 2 for
+# the PS modes, growing with the peers to 0.5 ms at P = 16 (the all-reduce's ring steps: 0.4
+# to 1.6 ms); the 16-node cells that this picks (d = 32) took 14-15% of the cores (the all-
+# reduce 43%) and read within 0.4% (1.3%) of the prediction.
 HOST_S_PER_LAYER = 0.3e-3
 HOST_CPU_SHARE = 0.15
 # Bytes are shrunk before time is stretched, down to frames of 1/32 of the real ones (a
