@@ -160,6 +160,7 @@ class PoseidonSync:
         self.shard: rendezvous.NodeThread | None = None  # the colocated shard, set by join
         self.coordinator: rendezvous.NodeThread | None = None  # set by join_uid (rank 0)
         self.worker_timeout_s = 60.0
+        self.agreed_actions: list[tuple[int, str]] = []  # (iteration, "stop" | "snapshot")
         # False only where every worker provably starts from the same weights (the compute
         # replay's placeholders): the first step then skips rank 0's broadcast.
         self.broadcast_weights = broadcast_weights
@@ -243,6 +244,7 @@ class PoseidonSync:
         net.clear_param_diffs_hook = self._clear_param_diffs
         solver.add_callback(self.on_start, self.on_gradients_ready)
         solver.flush_hook = self.flush
+        solver.action_hook = self.agree_action
         if self.deferred:
             solver.update_hook = self._defer_update
 
@@ -253,6 +255,8 @@ class PoseidonSync:
             self.started = True
             if self.broadcast_weights:
                 self._broadcast_initial_weights()
+            if self.hooks:
+                self._reach_boundary()  # the first boundary: votes may come before the end
         self.pass_index = 0
 
     @comm_errors
@@ -290,6 +294,41 @@ class PoseidonSync:
             if s.pending:
                 self._complete(s)
         self.pending_rate = None
+
+    # ----- actions every worker takes at one iteration ------------------------------------
+    @comm_errors
+    def agree_action(self, action: str, at_boundary: bool) -> str:
+        """solver.action_hook: this worker's requested action ("stop" after a Ctrl-C, say)
+        goes to the coordinator; at the end of an iteration, returns the action the whole
+        job takes there (see Note [agreed actions] in poseidon/action_rounds.h)."""
+        iteration = self.solver.iter
+        if at_boundary:
+            self._reach_boundary()
+        covered = any(kind in (action, "stop") for _, kind in self.agreed_actions)
+        if action != "none" and not covered:
+            self.worker.request_action(action, f"{action} asked on worker {self.rank}")
+        if not at_boundary:
+            return "none"
+        due = {kind for at, kind in self.agreed_actions if at == iteration}
+        self.agreed_actions = [(at, kind) for at, kind in self.agreed_actions if at > iteration]
+        return "stop" if "stop" in due else ("snapshot" if due else "none")
+
+    def _reach_boundary(self) -> None:
+        """Tell the comm core where the loop is (its votes answer with it); keep what the
+        rounds decided."""
+        iteration = self.solver.iter
+        for kind, at, reason in self.worker.reach_boundary(iteration):
+            if at < 0:
+                _log.info("Poseidon: the %s (%s) is dropped: a worker already finished", kind,
+                          reason)  # fmt: skip
+                continue
+            if at < iteration:
+                raise DistributedError(
+                    f"worker {self.rank} is at iteration {iteration}, past the agreed "
+                    f"iteration {at} to {kind} ({reason})"
+                )
+            self.agreed_actions.append((at, kind))
+            _log.info("Poseidon: every worker will %s at iteration %d (%s)", kind, at, reason)
 
     # ----- net callbacks --------------------------------------------------------------------
     @comm_errors

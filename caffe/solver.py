@@ -21,6 +21,11 @@ Hooks for distributed training (caffe/parallel.py):
                               layer's update can run when its gradient arrives
     solver.flush_hook()       if set, called before every test pass, before every snapshot
                               and when step()/solve() ends, so deferred updates complete first
+    solver.action_hook(action, at_boundary)
+                              if set, gets every requested action ("none" included): at the
+                              end of each iteration (at_boundary) it returns the action to take
+                              there, the one every worker agreed on; during a test pass it only
+                              takes note (the job acts at an iteration's end)
 
 Compute mode: `solver_mode: GPU` selects the GPU `device_id` (CPU with one warning when no
 CUDA device exists), unless the caller already chose a mode with caffe.set_mode_cpu() /
@@ -91,6 +96,7 @@ class Solver(SolverSnapshotMixin):
         self.current_step = 0
         self.update_hook: Callable[[float], None] | None = None
         self.flush_hook: Callable[[], None] | None = None
+        self.action_hook: Callable[[str, bool], str] | None = None
         self.requested_early_exit = False
         self.smoothed_loss = 0.0
         self._losses: list[float] = []
@@ -189,6 +195,14 @@ class Solver(SolverSnapshotMixin):
             raise SolverError(f"action function returned {action!r}; expected one of {ACTIONS}")
         return action
 
+    def _boundary_action(self) -> str:
+        """The action at the end of an iteration; distributed training makes it the one
+        that every worker takes here (action_hook)."""
+        action = self.requested_action()
+        if self.action_hook is not None:
+            action = self.action_hook(action, True)
+        return action
+
     def _flush(self) -> None:
         if self.flush_hook is not None:
             self.flush_hook()
@@ -253,7 +267,7 @@ class Solver(SolverSnapshotMixin):
             for callback in self._callbacks:
                 callback.on_gradients_ready()
             self.apply_update()
-            action = self.requested_action()
+            action = self._boundary_action()
             periodic = bool(p.snapshot) and self.iter % p.snapshot == 0
             if root_solver() and (periodic or action == "snapshot"):
                 self.snapshot()
@@ -351,6 +365,10 @@ class Solver(SolverSnapshotMixin):
         """
         served: set[str] = set()
         action = self.requested_action()
+        if self.action_hook is not None:
+            # Only this worker tests: the job takes the action at the next iteration's end.
+            self.action_hook(action, False)
+            return self.requested_early_exit
         while action != "none" and action not in served:
             served.add(action)
             if action == "snapshot":

@@ -6,10 +6,11 @@
 Order of events: read the solver (upgraded), put --level/--stage into its train_state,
 choose the device, build the solver of its `type`, let a distributed job attach to it,
 restore --snapshot, log "Starting Optimization" and solve. Ctrl-C and SIGHUP become solver
-actions (caffe/tools/signals.py). A run stopped early by either (`--sigint_effect stop`,
-the default) has written its final snapshot and exits with status 0, as Caffe's does, so
-`set -e` scripts such as cifar10's train_quick.sh go on to their next step. A worker of a
-Poseidon job is the exception (see `_exit_status`).
+actions (caffe/tools/signals.py), and so does SIGTERM. A run stopped early by either
+(`--sigint_effect stop`, the default) has written its final snapshot and exits with status
+0, as Caffe's does, so `set -e` scripts such as cifar10's train_quick.sh go on to their
+next step. In a Poseidon job every worker stops at the same agreed iteration and exits 0
+too (caffe/parallel.py, Note [agreed actions]).
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from caffe.tools.progress import attach_progress_bar
 from caffe.tools.signals import SignalHandler, check_effect
 
 _log = logging.getLogger("caffe")
-# A Ctrl-C that interrupted at once (see caffe/tools/cli.py), or a Poseidon worker stopped
-# by Ctrl-C (see _exit_status).
+# A Ctrl-C that interrupted at once (see caffe/tools/cli.py).
 EXIT_INTERRUPTED = 130
 
 
@@ -76,17 +76,7 @@ def train(flags: Flags) -> int:
                 progress.close()
             if sync is not None:
                 sync.close(failure)
-    return _exit_status(signals.stopped_by_sigint and solver.requested_early_exit, distributed)
-
-
-def _exit_status(stopped_by_sigint: bool, distributed: int | None) -> int:
-    """0, as Caffe's train() returns after "Optimization stopped early." too; but a worker of
-    a Poseidon job that a Ctrl-C stopped on its own (the launcher never sends one: it stops
-    the job with SIGTERM) has left the others waiting on its gradients, so it exits with 130
-    for the launcher to stop the job at once and name it as the cause."""
-    if stopped_by_sigint and distributed is not None:
-        return EXIT_INTERRUPTED
-    return 0
+    return 0  # also after "Optimization stopped early.", as Caffe's train()
 
 
 def _choose_devices(

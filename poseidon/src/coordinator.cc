@@ -27,7 +27,8 @@ std::string strip_name(const std::string& reason, const std::string& name) {
 
 }  // namespace
 
-Coordinator::Coordinator(const Config& config) : config_(config) {
+Coordinator::Coordinator(const Config& config)
+    : config_(config), actions_(config.num_workers) {
   config_.validate();
   transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes, config_.notsent_lowat_bytes});
   std::unique_ptr<Listener> listener = transport_->listen(config_.coordinator);
@@ -218,6 +219,8 @@ void Coordinator::on_frame(Peer& peer, const FrameHeader& h) {
   std::vector<std::shared_ptr<Peer>> to;
   std::vector<uint8_t> msg;
   FrameType out_type = FrameType::kPlan;
+  ActionRounds::Broadcast actions;  // to every worker, after `msg`
+  std::vector<std::shared_ptr<Peer>> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = members_.find(key);
@@ -268,18 +271,50 @@ void Coordinator::on_frame(Peer& peer, const FrameHeader& h) {
         if (!is_worker) throw ProtocolError("only workers request shutdown");
         if (!m.shutdown_requested) {
           m.shutdown_requested = true;
+          actions = actions_.worker_finished(m.id.rank);
           if (++workers_shut_down_ == config_.num_workers && phase_ == Phase::kRunning) {
             phase_ = Phase::kShutdown;
             cv_.notify_all();
           }
         }
-        return;
+        break;
+      case FrameType::kActionRequest: {
+        if (!is_worker) throw ProtocolError("only workers request actions");
+        const ActionMessage a = decode_action(body.data(), body.size());
+        actions = actions_.request(m.id.rank, a.kind, a.iteration, a.reason);
+        if (!actions.empty()) {
+          log_line("coordinator", std::string(action_name(a.kind)) + " requested (" + a.reason +
+                                      "): asking every worker where it is");
+        }
+        break;
+      }
+      case FrameType::kActionVote: {
+        if (!is_worker) throw ProtocolError("only workers vote");
+        const ActionMessage a = decode_action(body.data(), body.size());
+        actions = actions_.vote(m.id.rank, a.round, a.iteration);
+        break;
+      }
       default:
         throw ProtocolError("unexpected " + frame_type_name(static_cast<uint16_t>(h.type)) +
                             " at the coordinator");
     }
+    if (!actions.empty()) {
+      for (const auto& [k, w] : members_) {
+        if (k.first == Role::kWorker) workers.push_back(w.peer);
+      }
+      for (const auto& [type, a] : actions) {
+        if (type != FrameType::kActionDecide) continue;
+        log_line("coordinator",
+                 a.iteration < 0
+                     ? std::string(action_name(a.kind)) + " (" + a.reason +
+                           ") dropped: a worker has already finished training"
+                     : "every worker will " + std::string(action_name(a.kind)) +
+                           " at iteration " + std::to_string(a.iteration) + " (" + a.reason + ")");
+      }
+    }
   }
-  broadcast(to, out_type, msg);
+  if (!to.empty()) broadcast(to, out_type, msg);
+  for (const auto& [type, a] : actions) broadcast(workers, type, encode_action(a));
 }
 
 void Coordinator::on_closed(Peer& peer, const std::string& reason, bool clean) {
@@ -307,13 +342,22 @@ void Coordinator::monitor_once() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = now_ms();
+    // Every node silent at once is named, workers first: a frozen process holds a
+    // worker and its colocated shard, and the worker is the one its user knows.
+    std::vector<const Member*> silent;
     for (const auto& [k, m] : members_) {
-      const int64_t silent = now - m.last_seen_ms;
-      if (silent > config_.heartbeat_timeout_ms) {
-        fail_locked(m.id.str(), m.id.str() + " missed heartbeats for " + std::to_string(silent) +
-                                    " ms (its last heartbeat reported " +
-                                    describe_progress(m.progress) + ")");
+      if (now - m.last_seen_ms > config_.heartbeat_timeout_ms) silent.push_back(&m);
+    }
+    std::stable_partition(silent.begin(), silent.end(),
+                          [](const Member* m) { return m->id.role == Role::kWorker; });
+    if (!silent.empty()) {
+      std::string reason;
+      for (const Member* m : silent) {
+        reason += (reason.empty() ? "" : "; ") + m->id.str() + " missed heartbeats for " +
+                  std::to_string(now - m->last_seen_ms) + " ms (its last heartbeat reported " +
+                  describe_progress(m->progress) + ")";
       }
+      fail_locked(silent.front()->id.str(), reason);
     }
     peers = all_peers_locked();
   }

@@ -1,5 +1,6 @@
 #include "poseidon/coordinator_client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -134,6 +135,53 @@ void CoordinatorClient::barrier(const std::string& name, Deadline deadline) {
   wait_for(lock, deadline, "barrier '" + name + "'", [&] { return barriers_released_ >= seq; });
 }
 
+void CoordinatorClient::request_action(ActionKind kind, const std::string& reason,
+                                       Deadline deadline) {
+  std::shared_ptr<Peer> peer;
+  int64_t boundary = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    peer = peer_;
+    boundary = boundary_;
+  }
+  if (!peer) throw ConfigError(self_.str() + ": request_action before connect");
+  peer->send_message(FrameType::kActionRequest,
+                     encode_action(ActionMessage{0, kind, boundary, reason}), deadline);
+}
+
+std::optional<ActionMessage> CoordinatorClient::vote_locked() {
+  if (proposed_round_ <= voted_round_ || boundary_ < 0) return std::nullopt;
+  voted_round_ = proposed_round_;
+  voted_boundary_ = boundary_;
+  return ActionMessage{voted_round_, ActionKind::kNone, boundary_, ""};
+}
+
+std::vector<ActionMessage> CoordinatorClient::reach_boundary(int64_t iteration,
+                                                            Deadline deadline) {
+  std::optional<ActionMessage> vote;
+  std::shared_ptr<Peer> peer;
+  std::unique_lock<std::mutex> lock(mu_);
+  boundary_ = iteration;
+  vote = vote_locked();  // a round proposed before the loop's first boundary
+  peer = peer_;
+  if (vote) {
+    lock.unlock();
+    if (!peer) throw ConfigError(self_.str() + ": reach_boundary before connect");
+    peer->send_message(FrameType::kActionVote, encode_action(*vote), deadline);
+    lock.lock();
+  }
+  // Not past the boundary after the one voted until the round is decided.
+  if (voted_round_ > decided_round_ && iteration > voted_boundary_) {
+    wait_for(lock, deadline,
+             "waiting for the other workers' votes on an action (this worker voted at "
+             "iteration " + std::to_string(voted_boundary_) + ")",
+             [&] { return decided_round_ >= voted_round_; });
+  }
+  std::vector<ActionMessage> out;
+  out.swap(decisions_);
+  return out;
+}
+
 void CoordinatorClient::request_shutdown(Deadline deadline) {
   std::shared_ptr<Peer> peer;
   {
@@ -194,6 +242,30 @@ void CoordinatorClient::on_frame(Peer& peer, const FrameHeader& h) {
     case FrameType::kShutdown:
       shutdown_received_ = true;
       break;
+    case FrameType::kActionPropose: {
+      // Answered here, on the reader thread (action_rounds.h, Note [agreed actions]).
+      const std::vector<uint8_t> body = peer.read_body();
+      const ActionMessage a = decode_action(body.data(), body.size());
+      std::optional<ActionMessage> vote;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        proposed_round_ = std::max(proposed_round_, a.round);
+        vote = vote_locked();
+      }
+      if (vote) {
+        peer.send_message(FrameType::kActionVote, encode_action(*vote),
+                          Deadline::after_ms(config_.timeout_ms));
+      }
+      break;
+    }
+    case FrameType::kActionDecide: {
+      const std::vector<uint8_t> body = peer.read_body();
+      ActionMessage a = decode_action(body.data(), body.size());
+      std::lock_guard<std::mutex> lock(mu_);
+      decided_round_ = std::max(decided_round_, a.round);
+      decisions_.push_back(std::move(a));
+      break;
+    }
     case FrameType::kAbort: {
       const std::vector<uint8_t> body = peer.read_body();
       const Failure f = decode_failure(body.data(), body.size());

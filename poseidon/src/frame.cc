@@ -43,6 +43,10 @@ bool known_type(uint16_t t) {
     case FrameType::kAbort:
     case FrameType::kShutdown:
     case FrameType::kGoodbye:
+    case FrameType::kActionRequest:
+    case FrameType::kActionPropose:
+    case FrameType::kActionVote:
+    case FrameType::kActionDecide:
     case FrameType::kPush:
     case FrameType::kPullReply:
     case FrameType::kFactor:
@@ -83,6 +87,14 @@ std::string frame_type_name(uint16_t type) {
       return "SHUTDOWN";
     case FrameType::kGoodbye:
       return "GOODBYE";
+    case FrameType::kActionRequest:
+      return "ACTION_REQUEST";
+    case FrameType::kActionPropose:
+      return "ACTION_PROPOSE";
+    case FrameType::kActionVote:
+      return "ACTION_VOTE";
+    case FrameType::kActionDecide:
+      return "ACTION_DECIDE";
     case FrameType::kPush:
       return "PUSH";
     case FrameType::kPullReply:

@@ -178,6 +178,42 @@ Progress decode_progress(const uint8_t* data, size_t size) {
   return m;
 }
 
+const char* action_name(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kNone:
+      return "none";
+    case ActionKind::kSnapshot:
+      return "snapshot";
+    case ActionKind::kStop:
+      return "stop";
+  }
+  return "action?";
+}
+
+std::vector<uint8_t> encode_action(const ActionMessage& m) {
+  ByteWriter w;
+  w.u64(m.round);
+  w.u8(static_cast<uint8_t>(m.kind));
+  w.i64(m.iteration);
+  w.str(m.reason.size() > kMaxReasonBytes ? m.reason.substr(0, kMaxReasonBytes) : m.reason);
+  return w.take();
+}
+
+ActionMessage decode_action(const uint8_t* data, size_t size) {
+  ByteReader r(data, size, "ACTION");
+  ActionMessage m;
+  m.round = r.u64();
+  const uint8_t kind = r.u8();
+  if (kind > static_cast<uint8_t>(ActionKind::kStop)) {
+    throw ProtocolError("action: unknown kind " + std::to_string(kind));
+  }
+  m.kind = static_cast<ActionKind>(kind);
+  m.iteration = r.i64();
+  m.reason = r.str(kMaxReasonBytes);
+  r.expect_end();
+  return m;
+}
+
 std::vector<uint8_t> encode_text(const std::string& text) {
   ByteWriter w;
   w.str(text.size() > kMaxReasonBytes ? text.substr(0, kMaxReasonBytes) : text);

@@ -235,6 +235,21 @@ void Worker::barrier(const std::string& name, int timeout_ms) {
   }
 }
 
+void Worker::request_action(ActionKind kind, const std::string& reason) {
+  require(State::kConnected, "request_action");
+  coord_->request_action(kind, reason, Deadline::after_ms(config_.timeout_ms));
+}
+
+std::vector<ActionMessage> Worker::reach_boundary(int64_t iteration, int timeout_ms) {
+  require(State::kConnected, "reach_boundary");
+  try {
+    return coord_->reach_boundary(iteration, Deadline::after_ms(timeout_ms));
+  } catch (const TimeoutError& e) {
+    abort_->trip(Failure{self_.str(), e.what()});
+    throw;
+  }
+}
+
 void Worker::abort(const std::string& reason) {
   abort_->trip(Failure{self_.str(), self_.str() + " aborted the job: " + reason});
 }

@@ -120,6 +120,12 @@ struct PyWorker {
 
 int timeout_or(const std::optional<int>& t, int fallback) { return t ? *t : fallback; }
 
+ActionKind action_kind(const std::string& name) {
+  if (name == "snapshot") return ActionKind::kSnapshot;
+  if (name == "stop") return ActionKind::kStop;
+  throw ConfigError("action '" + name + "': want 'snapshot' or 'stop'");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -372,6 +378,32 @@ PYBIND11_MODULE(_C, m) {
             w.worker->barrier(name, timeout_or(timeout_ms, w.worker->timeout_ms()));
           },
           py::arg("name"), py::arg("timeout_ms") = py::none(), Release())
+      .def(
+          "request_action",
+          [](PyWorker& w, const std::string& action, const std::string& reason) {
+            w.worker->request_action(action_kind(action), reason);
+          },
+          py::arg("action"), py::arg("reason"), Release(),
+          "Ask for 'snapshot' or 'stop' at an iteration every worker agrees on.")
+      .def(
+          "reach_boundary",
+          [](PyWorker& w, int64_t iteration, std::optional<int> timeout_ms) {
+            std::vector<ActionMessage> decisions;
+            {
+              py::gil_scoped_release release;
+              decisions =
+                  w.worker->reach_boundary(iteration, timeout_or(timeout_ms, w.worker->timeout_ms()));
+            }
+            py::list out;
+            for (const ActionMessage& d : decisions) {
+              out.append(py::make_tuple(action_name(d.kind), d.iteration, d.reason));
+            }
+            return out;
+          },
+          py::arg("iteration"), py::arg("timeout_ms") = py::none(),
+          "At every iteration boundary: [(action, iteration, reason)] decided since the last "
+          "call (iteration -1: nobody acts); blocks only while a vote of this worker is "
+          "undecided.")
       .def(
           "abort", [](PyWorker& w, const std::string& reason) { w.worker->abort(reason); },
           py::arg("reason"), Release())

@@ -5,17 +5,22 @@ workers, locally or over ssh from a host file, with a fresh cluster token.
 
 Every child gets its role and rank through POSEIDON_* variables (poseidon.config
 parses them); output is prefixed by role and rank; the launcher's exit status is the
-job's: 0 when every worker succeeded, else the first failing worker's status. Ctrl-C
-(or SIGTERM) stops every process of the job.
+job's: 0 when every worker succeeded, else the status of the node whose failure aborted
+the job, and the last line gives the coordinator's verdict. Ctrl-C, SIGTERM or SIGHUP asks
+every worker to stop at one agreed iteration, with a final snapshot; a second one kills.
+
+Every process runs under `poseidon.supervise` on a lifeline (a pipe from this launcher, or
+ssh's stdin on a host): when the launcher dies, even by SIGKILL, its job ends within
+seconds on every host instead of training on unattended (supervise.py, Note [lifeline]).
 
 With `--sync allreduce` (the DDP-style baseline, caffe/allreduce_sync.py) only the
 workers start, given torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the first
 host: worker 0's, or 127.0.0.1) and MASTER_PORT (--port, default 29500) besides.
 
 Note [process groups]. Children run in their own sessions, so the terminal's Ctrl-C
-reaches only the launcher, which then stops the job as a whole (SIGTERM, then SIGKILL
-after a grace period). Letting each worker see SIGINT on its own would stop them at
-different iterations and leave the survivors waiting on the dead.
+reaches only the launcher, which then hands it to the workers through their lifelines;
+they agree on where to stop (caffe/parallel.py, Note [agreed actions]). A signal that
+reached one worker alone works the same way: it asks the coordinator for the stop.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ import contextlib
 import os
 import re
 import secrets
-import shlex
 import signal
 import subprocess
 import sys
@@ -32,9 +36,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from poseidon.job_process import Child, resolve_command, spawn
+
 STARTUP_TIMEOUT_S = 60.0
 DEFAULT_MASTER_PORT = 29500  # sync=allreduce without --port: torchrun's default
 GRACE_S = 15.0  # after a failure, how long the rest may take to notice and exit
+# After the coordinator's abort verdict, how long the rest may take to exit: every node
+# got ABORT and exits at once, so what is still running then is frozen (SIGSTOP, a hung
+# host) and is killed.
+ABORT_GRACE_S = 1.0
+STOP_TIMEOUT_S = 120.0  # a graceful stop (agreed iteration + final snapshot) at most
+TERM_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this
 ABORT_ORIGIN = re.compile(r"aborting the job: (worker|server) (\d+) ")
 
 
@@ -83,17 +95,6 @@ def parse_hostfile(path: str) -> list[Host]:
     return hosts
 
 
-@dataclass
-class Child:
-    label: str
-    process: subprocess.Popen
-    is_worker: bool
-    log_file: object | None = None
-    pump: threading.Thread | None = None
-    exited_at: float | None = None  # monotonic time the process ended
-    stopped: bool = False  # terminated by the launcher
-
-
 class Launcher:
     def __init__(self, spec: JobSpec, out=None) -> None:
         self.spec = spec
@@ -101,8 +102,17 @@ class Launcher:
         self.token = secrets.token_hex(16)
         self.children: list[Child] = []
         self._out_lock = threading.Lock()
-        self._stopping = False
-        self._abort_origin: str | None = None
+        self._abort_origin: str | None = None  # "worker 1": whose failure aborted the job
+        self._verdict: str | None = None  # the coordinator's reason for aborting
+        self._verdict_at: float | None = None
+        self._stop_asked_at: float | None = None  # a graceful stop was asked of the workers
+        self._kill_now = False  # a second signal: no more waiting
+        self._stopping = False  # the launcher is ending the processes itself
+        self._command, note = self.spec.command, None
+        if self.spec.hosts:
+            self._command, note = resolve_command(self.spec.command)
+        if note:
+            self._say(note)
 
     # ----- placement ------------------------------------------------------------------------
     def _worker_hosts(self) -> list[str | None]:
@@ -140,30 +150,11 @@ class Launcher:
 
     def _spawn(self, label: str, argv: list[str], env: dict[str, str], host: str | None,
                is_worker: bool) -> Child:  # fmt: skip
-        if host is None:
-            full_env = {**os.environ, **env, "POSEIDON_TOKEN": self.token}
-            process = subprocess.Popen(
-                argv, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        else:
-            # The token travels on stdin, never on a command line that `ps` would show.
-            exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-            remote = (f"read -r POSEIDON_TOKEN && export POSEIDON_TOKEN && "
-                      f"cd {shlex.quote(os.getcwd())} && exec env {exports} "
-                      f"{shlex.join(argv)}")  # fmt: skip
-            process = subprocess.Popen(
-                [*self.spec.ssh, host, remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-            process.stdin.write(f"{self.token}\n".encode())
-            process.stdin.close()
-        log_file = None
+        child = spawn(label, argv, env, self.token, host, self.spec.ssh, is_worker)
         if self.spec.log_dir:
             os.makedirs(self.spec.log_dir, exist_ok=True)
             name = label.replace(" ", "_") + ".log"
-            log_file = open(os.path.join(self.spec.log_dir, name), "w")  # noqa: SIM115
-        child = Child(label, process, is_worker, log_file)
+            child.log_file = open(os.path.join(self.spec.log_dir, name), "w")  # noqa: SIM115
         self.children.append(child)
         return child
 
@@ -174,11 +165,8 @@ class Launcher:
             line = raw.decode(errors="replace")
             if first_line is not None and not first_line:
                 first_line.append(line)
-            origin = ABORT_ORIGIN.search(line)
-            if origin and self._abort_origin is None:
-                # The coordinator names the node whose death or failure aborted the job;
-                # the others fail after it, so its status is the job's.
-                self._abort_origin = f"{origin.group(1)} {origin.group(2)}"
+            if child.label == "coordinator":
+                self._note_verdict(line)
             if child.log_file is not None:
                 child.log_file.write(line)
                 child.log_file.flush()
@@ -187,6 +175,18 @@ class Launcher:
                 self.out.flush()
         child.process.wait()  # output ends when the process does
         child.exited_at = time.monotonic()
+
+    def _note_verdict(self, line: str) -> None:
+        """The coordinator's `aborting the job: REASON` is the job's root cause; the node it
+        names first failed (the others fail after it)."""
+        marker = "aborting the job: "
+        if marker not in line or self._verdict is not None or self._stopping:
+            return  # once the launcher stops nodes, their aborts are its own doing
+        self._verdict = line.split(marker, 1)[1].strip()
+        self._verdict_at = time.monotonic()
+        origin = ABORT_ORIGIN.search(line)
+        if origin:
+            self._abort_origin = f"{origin.group(1)} {origin.group(2)}"
 
     def _start_pump(self, child: Child, first_line: list[str] | None = None) -> None:
         child.pump = threading.Thread(target=self._pump, args=(child, first_line), daemon=True)
@@ -211,7 +211,7 @@ class Launcher:
             if allreduce:
                 worker_env.update(RANK=str(rank), WORLD_SIZE=str(self.spec.num_workers),
                                   LOCAL_RANK=str(local))  # fmt: skip
-            worker = self._spawn(f"worker {rank}", list(self.spec.command), worker_env, host, True)
+            worker = self._spawn(f"worker {rank}", list(self._command), worker_env, host, True)
             self._start_pump(worker)
             where = f" on {host}" if host else ""
             self._say(f"started worker {rank}{where} (pid {worker.process.pid})")
@@ -249,6 +249,8 @@ class Launcher:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         marker = "listening on "
         while time.monotonic() < deadline:
+            if self._kill_now or self._stop_asked_at is not None:
+                raise RuntimeError("interrupted while the coordinator was starting")
             if first:
                 line = first[0].strip()
                 if marker in line:
@@ -262,35 +264,83 @@ class Launcher:
             time.sleep(0.02)
         raise RuntimeError(f"coordinator did not report its address within {STARTUP_TIMEOUT_S}s")
 
+    # ----- stopping on request ------------------------------------------------------------
+    def on_signal(self, signum: int) -> None:
+        """The launcher got SIGINT, SIGTERM or SIGHUP. The first asks every worker to stop
+        (SIGINT stays SIGINT, the others become SIGTERM): `caffe train` workers then agree
+        on an iteration, and rank 0 writes the final snapshot there (--sigint_effect). A
+        second one, or a stop that takes longer than STOP_TIMEOUT_S, kills the job."""
+        name = signal.Signals(signum).name
+        if self._stop_asked_at is not None:
+            self._say(f"received {name} again; killing every process")
+            self._kill_now = True
+            return
+        self._stop_asked_at = time.monotonic()
+        forward = "INT" if signum == signal.SIGINT else "TERM"
+        self._say(
+            f"received {name}; asking every worker to stop (SIG{forward}): they agree on an "
+            "iteration and the final snapshot is written; again to kill at once"
+        )
+        for child in self.children:
+            if child.is_worker:
+                child.tell(f"signal {forward}")
+
     # ----- running -------------------------------------------------------------------------
     def wait(self) -> int:
         """Block until the job ends; returns its exit status.
 
-        The status is that of the worker that failed first (a dead worker makes the
-        shards and the other workers fail after it: it is the cause), else the first
-        failing shard's or coordinator's, else 0.
+        The status is that of the node whose failure aborted the job (the coordinator names
+        it), else of the worker that failed first (a dead worker makes the shards and the
+        other workers fail after it: it is the cause), else the first failing shard's or
+        coordinator's, else 0. Once the coordinator aborted the job, whatever still runs
+        after ABORT_GRACE_S (a frozen process) is killed.
         """
         failed_at: float | None = None
         workers = [c for c in self.children if c.is_worker]
+        killed = False
         while True:
+            now = time.monotonic()
             failed = self._failures()
             if failed and failed_at is None:
-                failed_at = time.monotonic()
+                failed_at = now
                 self._say(f"{failed[0].label} exited with status {failed[0].process.returncode}"
                           "; stopping the job")  # fmt: skip
             if all(c.process.poll() is not None for c in workers):
                 break
-            if failed_at is not None and time.monotonic() - failed_at > GRACE_S:
+            if self._kill_now:
+                killed = True
+                break
+            if self._verdict_at is not None and now - self._verdict_at > ABORT_GRACE_S:
+                killed = True  # the job is over; a process still here cannot act on it
+                break
+            if failed_at is not None and now - failed_at > GRACE_S:
                 self._say(f"processes still running {GRACE_S:.0f}s after the failure; killing")
+                killed = True
+                break
+            if self._stop_asked_at is not None and now - self._stop_asked_at > STOP_TIMEOUT_S:
+                self._say(f"the job did not stop within {STOP_TIMEOUT_S:.0f}s; killing")
+                killed = True
                 break
             time.sleep(0.05)
-        self._finish_infrastructure(failed_at is not None)
+        if killed:
+            self.kill()
+        else:
+            self._finish_infrastructure(failed_at is not None or self._verdict is not None)
+        return self._outcome()
+
+    def _outcome(self) -> int:
+        """The last line (the root cause) and the status."""
         failed = self._failures()
         causes = [c for c in failed if c.label == self._abort_origin]
         causes = causes or [c for c in failed if c.is_worker] or failed
-        if not causes:
+        cause = causes[0] if causes else None
+        if self._verdict is not None:
+            status = f" ({cause.label} exited with status {cause.process.returncode})" if (
+                cause is not None and cause.label == self._abort_origin) else ""  # fmt: skip
+            self._say(f"job failed: {self._verdict}{status}")
+            return _exit_status(cause.process.returncode) if cause is not None else 1
+        if cause is None:
             return 0
-        cause = causes[0]
         self._say(f"job failed: {cause.label} exited with status {cause.process.returncode}")
         return _exit_status(cause.process.returncode)
 
@@ -309,21 +359,37 @@ class Launcher:
                 child.process.wait(remaining)
         self.stop()
 
-    def stop(self, signum: int = signal.SIGTERM) -> None:
-        """Terminate every child still running (its whole process group)."""
+    def stop(self) -> None:
+        """Terminate every child still running: SIGTERM through its lifeline, SIGKILL after
+        TERM_GRACE_S; then close every lifeline (Note [lifeline] in supervise.py)."""
+        self._stopping = True
+        running = [c for c in self.children if c.process.poll() is None]
+        for child in running:
+            child.stopped = True
+            child.tell("signal CONT")
+            child.tell("signal TERM")
+        deadline = time.monotonic() + TERM_GRACE_S
+        for child in running:
+            try:
+                child.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+        self._close()
+
+    def kill(self) -> None:
+        """SIGKILL every child still running, now."""
         self._stopping = True
         for child in self.children:
             if child.process.poll() is None:
                 child.stopped = True
-                _signal_group(child.process, signum)
-        deadline = time.monotonic() + 5.0
+                child.kill()
+        self._close()
+
+    def _close(self) -> None:
         for child in self.children:
-            try:
-                child.process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(child.process, signal.SIGKILL)
-                child.process.wait()
-        for child in self.children:
+            child.close_lifeline()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(TERM_GRACE_S)
             if child.pump is not None:
                 child.pump.join(2.0)
             if child.log_file is not None:
@@ -340,33 +406,36 @@ def _exit_status(code: int) -> int:
     return 128 - code if code < 0 else (code or 1)
 
 
-def _signal_group(process: subprocess.Popen, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signum)
-
-
 def run_job(spec: JobSpec, out=None) -> int:
-    """Start the job, wait for it, and stop it on Ctrl-C/SIGTERM (status 130/143)."""
+    """Start the job and wait for it; SIGINT, SIGTERM and SIGHUP stop it (Launcher.on_signal)
+    and the status is then 128 + the first signal's number."""
     launcher = Launcher(spec, out)
     interrupted: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
         interrupted.append(signum)
-        launcher._say(f"received {signal.Signals(signum).name}; stopping every process")
-        launcher.stop()
+        launcher.on_signal(signum)
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, on_signal) for s in handled}
     try:
         try:
             launcher.start()
         except (RuntimeError, ValueError, OSError) as e:
             launcher._say(f"cannot start the job: {e}")
-            launcher.stop()
-            return 1
+            launcher.kill()
+            return 128 + interrupted[0] if interrupted else 1
+        if interrupted:  # before the workers existed: tell them now
+            for child in launcher.children:
+                if child.is_worker:
+                    child.tell("signal INT" if interrupted[0] == signal.SIGINT else "signal TERM")
         code = launcher.wait()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     if interrupted:
+        if code == 0:
+            name = signal.Signals(interrupted[0]).name
+            launcher._say(f"job stopped on {name}; every process ended cleanly")
         return 128 + interrupted[0]
     return code

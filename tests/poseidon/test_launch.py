@@ -48,7 +48,10 @@ def test_failing_worker_gives_its_status_and_stops_the_others():
     result = launch(["-n", "3", "-s", "1"], ["1", "7", "0"])
     assert result.returncode == 7, result.stdout
     assert time.monotonic() - started < 15
-    assert "[launch] job failed: worker 1 exited with status 7" in result.stdout
+    last = result.stdout.strip().splitlines()[-1]
+    # The coordinator's verdict, then the status of the node it names.
+    assert last.startswith("[launch] job failed: worker 1 (127.0.0.1:"), last
+    assert last.endswith("(worker 1 exited with status 7)"), last
 
 
 def test_ctrl_c_stops_every_process():

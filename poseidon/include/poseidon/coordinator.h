@@ -10,7 +10,9 @@
 // plan. When every worker asked to shut down, it tells all nodes and run()
 // returns. When any node dies (EOF, reset, heartbeats missing for
 // heartbeat_timeout_ms) or reports a failure, it sends every node ABORT with
-// the reason and run() throws.
+// the reason and run() throws. A stop or snapshot that a worker asks for is
+// agreed in rounds so that every worker takes it at the same iteration
+// (action_rounds.h, Note [agreed actions]).
 
 #include <condition_variable>
 #include <map>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "poseidon/acceptor.h"
+#include "poseidon/action_rounds.h"
 #include "poseidon/config.h"
 #include "poseidon/messages.h"
 #include "poseidon/peer.h"
@@ -95,6 +98,7 @@ class Coordinator {
   std::vector<std::string> barrier_names_;  // k-th barrier's name, set by the first to enter
   std::vector<int> barrier_counts_;
   int workers_shut_down_ = 0;
+  ActionRounds actions_;  // agreed stops and snapshots (action_rounds.h)
   std::optional<Failure> failure_;
   std::optional<Failure> pending_death_;  // seen here, waiting for a richer report
   int64_t pending_death_deadline_ms_ = 0;

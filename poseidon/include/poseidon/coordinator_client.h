@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "poseidon/abort_signal.h"
 #include "poseidon/config.h"
@@ -51,6 +52,17 @@ class CoordinatorClient {
   // Workers: tells the coordinator this worker is done; blocks until every
   // worker is (the coordinator's SHUTDOWN).
   void request_shutdown(Deadline deadline);
+  // Workers: asks for an action that every worker takes at one iteration
+  // (action_rounds.h, Note [agreed actions]). Blocks only for the send.
+  // Thread-safe.
+  void request_action(ActionKind kind, const std::string& reason, Deadline deadline);
+  // Workers' training loops, at every iteration boundary (`iteration` =
+  // updates completed): records it for the votes (action_rounds.h, Note
+  // [agreed actions]); blocks (until the decision, abort or `deadline`) when
+  // this worker voted in an undecided round at a boundary before `iteration`.
+  // Returns the decisions that arrived since the last call, oldest first.
+  // Throws PeerFailure on abort, TimeoutError.
+  std::vector<ActionMessage> reach_boundary(int64_t iteration, Deadline deadline);
   // Blocks until SHUTDOWN (true) or abort (false); `deadline` may be never.
   bool wait_shutdown(Deadline deadline);
   bool shutdown_received() const { return shutdown_received_.load(); }
@@ -67,6 +79,9 @@ class CoordinatorClient {
 
  private:
   void on_frame(Peer& peer, const FrameHeader& header);
+  // Under mu_: a vote for the latest proposal if this worker owes one and knows
+  // its boundary (the caller sends it, outside the lock).
+  std::optional<ActionMessage> vote_locked();
   void on_closed(Peer& peer, const std::string& reason, bool clean);
   void heartbeat_loop();
   // Waits for `ready` under mu_; throws PeerFailure / TimeoutError naming `what`.
@@ -92,6 +107,15 @@ class CoordinatorClient {
   std::condition_variable cv_;
   std::optional<AddressBook> book_;
   std::optional<Plan> plan_;
+  // Agreed actions (under mu_): the last boundary the training loop reached
+  // (-1: none yet), the latest round proposed and the one voted in (with the
+  // boundary voted), and the decisions not yet handed to the loop.
+  int64_t boundary_ = -1;
+  uint64_t proposed_round_ = 0;
+  uint64_t voted_round_ = 0;
+  int64_t voted_boundary_ = -1;
+  uint64_t decided_round_ = 0;
+  std::vector<ActionMessage> decisions_;
   uint64_t barriers_entered_ = 0;
   uint64_t barriers_released_ = 0;
   bool stop_heartbeat_ = false;

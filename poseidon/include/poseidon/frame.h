@@ -49,6 +49,12 @@ enum class FrameType : uint16_t {
   kAbort = 17,      // coordinator/node -> node: the job is aborted; payload: Failure
   kShutdown = 18,   // worker -> coordinator: done; coordinator -> all: exit
   kGoodbye = 19,    // the sender closes this connection on purpose
+  // An action every worker takes at one agreed iteration (coordinator.h, Note
+  // [agreed actions]); payload: ActionMessage.
+  kActionRequest = 20,  // worker -> coordinator: stop or snapshot, please
+  kActionPropose = 21,  // coordinator -> workers: say where you are
+  kActionVote = 22,     // worker -> coordinator: my iteration
+  kActionDecide = 23,   // coordinator -> workers: act at this iteration (or not at all)
   kPush = 30,       // worker -> server: chunk of a gradient
   kPullReply = 31,  // server -> worker: sum of a chunk over all workers
   kFactor = 32,     // worker -> worker: chunk of a sufficient factor

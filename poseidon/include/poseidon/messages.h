@@ -43,6 +43,22 @@ struct Progress {
   int64_t layer = -1;
 };
 
+// ACTION_REQUEST / ACTION_PROPOSE / ACTION_VOTE / ACTION_DECIDE: a training
+// action that every worker takes at the same iteration (coordinator.h, Note
+// [agreed actions]). A stop includes the final snapshot, as in Caffe.
+enum class ActionKind : uint8_t { kNone = 0, kSnapshot = 1, kStop = 2 };
+const char* action_name(ActionKind kind);  // "none", "snapshot", "stop"
+
+struct ActionMessage {
+  uint64_t round = 0;  // numbered by the coordinator from 1; 0 in a REQUEST
+  ActionKind kind = ActionKind::kNone;
+  // VOTE: the last iteration boundary the voter reached (its completed
+  // updates). DECIDE: the boundary at which every worker acts; -1: nobody acts
+  // (a worker had already finished, so the job is ending anyway).
+  int64_t iteration = -1;
+  std::string reason;  // who asked and why: "SIGINT on worker 1"
+};
+
 std::vector<uint8_t> encode_hello(const Hello& m);
 Hello decode_hello(const uint8_t* data, size_t size);
 
@@ -60,6 +76,9 @@ Failure decode_failure(const uint8_t* data, size_t size);
 
 std::vector<uint8_t> encode_progress(const Progress& m);
 Progress decode_progress(const uint8_t* data, size_t size);
+
+std::vector<uint8_t> encode_action(const ActionMessage& m);
+ActionMessage decode_action(const uint8_t* data, size_t size);
 
 // BARRIER / BARRIER_RELEASE names and ERROR messages: one string.
 std::vector<uint8_t> encode_text(const std::string& text);

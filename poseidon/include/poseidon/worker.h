@@ -89,6 +89,17 @@ class Worker {
   // Blocks until every worker entered the barrier (same names, same order
   // on all workers) or timeout_ms. Thread-safe.
   void barrier(const std::string& name, int timeout_ms);
+  // Asks the coordinator for an action (snapshot or stop) that every worker
+  // takes at the same iteration (action_rounds.h, Note [agreed actions]).
+  // Blocks only for the send. Thread-safe.
+  void request_action(ActionKind kind, const std::string& reason);
+  // The training loop, at every iteration boundary (`iteration` = updates
+  // completed, also before the first iteration): the decisions of action
+  // rounds that arrived since the last call, oldest first; each says where
+  // every worker acts (iteration >= the boundary voted + 1), or -1: nowhere.
+  // Blocks (up to timeout_ms) only when this worker voted in an undecided
+  // round at an earlier boundary. Call from one thread.
+  std::vector<ActionMessage> reach_boundary(int64_t iteration, int timeout_ms);
   // Aborts the whole job with `reason` (e.g. an exception in training):
   // every node's pending and later calls fail with it. Thread-safe.
   void abort(const std::string& reason);

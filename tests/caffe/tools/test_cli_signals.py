@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGHUP during `caffe train` (a real subprocess): the effects chosen by
+"""Ctrl-C, SIGTERM and SIGHUP during `caffe train` (a real subprocess): the effects chosen by
 --sigint_effect / --sighup_effect, and the exit status."""
 
 import signal
@@ -6,12 +6,10 @@ import subprocess
 
 import pytest
 
-from caffe.tools import train as train_command
 from tests.caffe.tools.cli_helpers import (
     CAFFE_SCRIPT,
     REPO_ROOT,
     require_layers,
-    run_caffe,
     subprocess_env,
     wait_for_text,
     write_tiny_solver,
@@ -88,48 +86,19 @@ def test_ctrl_c_can_snapshot_and_sighup_can_stop(tmp_path):
     assert len(snapshots(tmp_path)) == 2  # the requested one and the final one
 
 
-class _CtrlCAtIteration:
-    """A solver callback that sends this process a SIGINT at one iteration, and the `sync`
-    that train() closes at the end (as caffe.parallel's would be)."""
-
-    def __init__(self, solver, iteration: int) -> None:
-        self.solver, self.iteration, self.closed_with = solver, iteration, "open"
-        solver.add_callback(self)
-
-    def on_start(self) -> None:
-        if self.solver.iter == self.iteration:
-            signal.raise_signal(signal.SIGINT)
-
-    def on_gradients_ready(self) -> None:
-        pass
-
-    def close(self, failure: BaseException | None = None) -> None:
-        self.closed_with = failure
-
-
-@pytest.mark.parametrize("worker, expected_status", [(False, 0), (True, 130)])
-def test_a_poseidon_worker_stopped_by_ctrl_c_alone_still_exits_130(
-    tmp_path, monkeypatch, worker, expected_status
-):
-    # The launcher stops a job with SIGTERM; a worker that a Ctrl-C stopped by itself left
-    # the others waiting, so its status must make the launcher stop the job at once.
-    require_layers("DummyData", "InnerProduct", "SoftmaxWithLoss")
-    solver = write_tiny_solver(tmp_path, max_iter=50, snapshot=0, test_iter=None,
-                               test_interval=None)  # fmt: skip
-    build = train_command._build_solver
-    attached: list[_CtrlCAtIteration] = []
-
-    def build_solver(param):  # type: ignore[no-untyped-def]
-        attached.append(_CtrlCAtIteration(build(param), 5))
-        return attached[-1].solver
-
-    monkeypatch.setattr(train_command, "_build_solver", build_solver)
-    monkeypatch.setattr(train_command, "_poseidon_worker_rank", lambda: 0 if worker else None)
-    monkeypatch.setattr(train_command, "_attach_distributed", lambda solver: attached[-1])
-    status, log = run_caffe("train", "--solver", str(solver))
-    assert status == expected_status, log
-    assert "Optimization stopped early." in log and "Iteration 6," not in log
-    assert attached[-1].solver.iter == 6 and attached[-1].solver.requested_early_exit
-    if worker:
-        assert attached[-1].closed_with is None  # a clean close: nothing failed
+def test_sigterm_stops_and_saves_like_ctrl_c(tmp_path):
+    # A batch system's or a launcher's polite termination loses no work either.
+    process, log_file = start_training(tmp_path)
+    process.send_signal(signal.SIGTERM)
+    status = finish(process, log_file)
+    log = (tmp_path / "train.log").read_text()
+    assert status == 0, log
+    assert "Caught SIGTERM: stop." in log and "Optimization stopped early." in log
     assert len(snapshots(tmp_path)) == 1
+
+
+def test_sigterm_keeps_its_default_when_sigint_is_ignored(tmp_path):
+    process, log_file = start_training(tmp_path, "--sigint_effect", "none")
+    process.send_signal(signal.SIGTERM)
+    assert finish(process, log_file) == -signal.SIGTERM
+    assert snapshots(tmp_path) == []
