@@ -61,12 +61,11 @@ from caffe.sufficient_factors import FactorCollector
 from caffe.sync_layout import SyncLayer, sync_layout
 from caffe.sync_staging import GradientStaging, to_host_async
 from poseidon import _C, rendezvous
-from poseidon.config import SettingError
+from poseidon.config import PLAN_SYNC_MODES, SettingError
 from poseidon.plan import layer_spec
 from poseidon.timeline import Timeline
 
 _log = logging.getLogger("caffe")
-SYNC_MODES = ("ps-nooverlap", "wfbp", "poseidon")
 F = TypeVar("F", bound=Callable)
 
 
@@ -141,8 +140,8 @@ class PoseidonSync:
         layer_schemes: dict[str, str] | None = None,
         hooks: bool = True,
     ) -> None:
-        if mode not in SYNC_MODES:
-            raise ValueError(f"sync mode {mode!r}: want one of {', '.join(SYNC_MODES)}")
+        if mode not in PLAN_SYNC_MODES:
+            raise ValueError(f"sync mode {mode!r}: want one of {', '.join(PLAN_SYNC_MODES)}")
         self.solver = solver
         self.net = solver.net
         self.worker = worker

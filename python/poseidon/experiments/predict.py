@@ -36,10 +36,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from poseidon.config import SYNC_MODES
 from poseidon.experiments.profile import Profile
 from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink
 
-MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
+MODES = SYNC_MODES
 TUNED = "poseidon-tuned"  # Poseidon with per-layer schemes chosen by time (tune.py)
 FRAME_HEADER_BYTES = 48  # poseidon/include/poseidon/frame.h
 # TCP payload per Ethernet frame on the wire (MTU 1500, TCP timestamps; the preamble,
