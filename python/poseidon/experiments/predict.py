@@ -94,20 +94,11 @@ def _planned_layers(
     layer_schemes: dict[str, str] | None = None,
 ) -> list[_SyncedLayer]:
     from poseidon import _C
-    from poseidon.plan import layer_spec
+    from poseidon.experiments.buckets import profile_sync_layers
+    from poseidon.plan import layer_specs
 
-    force = "auto" if mode == "poseidon" else "ps"
-    choices = (layer_schemes or {}) if mode == "poseidon" else {}
-    specs, synced = [], []
-    for index, layer in enumerate(profile.layers):
-        if layer.sync is None:
-            continue
-        sync = layer.sync
-        kind = "other" if sync.late and sync.kind == "FC" else sync.kind
-        scheme = choices.get(layer.name, force)
-        specs.append(layer_spec(index, layer.name, kind, sync.m, sync.n, sync.rows, sync.floats,
-                                scheme))  # fmt: skip
-        synced.append(index)
+    # The profile was measured at iter_size 1; its rows are an iteration's.
+    specs = layer_specs(profile_sync_layers(profile), 1, mode, "auto", layer_schemes)
     plan = _C.make_plan(specs, nodes, nodes, chunk_bytes)
     out = []
     for lp in plan.layers:
