@@ -87,6 +87,21 @@ def compute_device() -> torch.device:
     return torch.device("cpu")
 
 
+# Note [shapes only]. What describes a net without running it (`poseidon plan`: the HybComm
+# plan needs every blob's shape, never a value) builds it on torch's "meta" device
+# (`caffe.Net(..., shapes_only=True)`): tensors there have shapes and no memory, so every
+# layer's own setup and reshape run unchanged and give exactly the shapes of a real net (one
+# source of truth, no shape rules written twice), while fillers draw nothing
+# (caffe/fillers.py) and data layers read at most their first record (caffe/prefetch.py).
+# VGG19-22K's 229 M weights then cost neither their gigabytes nor the seconds of filling.
+SHAPES_ONLY_DEVICE = torch.device("meta")
+
+
+def shapes_only(device: torch.device) -> bool:
+    """Whether `device` is a shapes-only net's (Note [shapes only]): no values to compute."""
+    return device.type == SHAPES_ONLY_DEVICE.type
+
+
 def set_random_seed(seed: int) -> None:
     """Seed every generator the engine draws from (fillers, dropout, data shuffling)."""
     _state.random_seed = int(seed)

@@ -27,6 +27,16 @@ class LayerError(CaffeError):
     """A layer's parameters or input shapes are invalid; the message names the layer."""
 
 
+class InputShapeError(LayerError):
+    """A shapes-only net (Note [shapes only] in caffe/common.py) cannot tell a data layer's top
+    shapes without its data, and its data is not there. `tops` are the layer's top names, for
+    a caller that can give their shapes another way."""
+
+    def __init__(self, message: str, tops: list[str]) -> None:
+        super().__init__(message)
+        self.tops = tops
+
+
 class SolverError(CaffeError):
     """A solver definition that cannot run (missing net, bad lr_policy, unwritable prefix)."""
 

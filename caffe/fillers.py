@@ -12,6 +12,7 @@ import math
 import torch
 
 from caffe.blob import Blob
+from caffe.common import shapes_only
 from caffe.errors import LayerError
 from caffe.proto import caffe_pb2
 
@@ -84,5 +85,7 @@ def _bilinear(shape: tuple[int, ...]) -> torch.Tensor:
 
 def fill(blob: Blob, param: caffe_pb2.FillerParameter | None) -> None:
     """Fill blob.data; an unset filler message means constant 0, as in Caffe."""
+    if shapes_only(blob.device):
+        return  # Note [shapes only] (caffe/common.py): nothing to fill, nothing to draw
     values = filler_values(param if param is not None else FillerParameter(), blob.shape_tuple)
     blob.data_tensor.copy_(values)

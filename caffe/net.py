@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 
 from caffe.blob import Blob
-from caffe.common import compute_device, root_solver
+from caffe.common import SHAPES_ONLY_DEVICE, compute_device, root_solver
 from caffe.errors import NetError
 from caffe.insert_splits import insert_splits
 from caffe.layer import Layer, create_layer
@@ -39,11 +39,16 @@ class Net(PycaffeNetMixin, NetWeightsMixin):
     Net(network_file, phase, level=0, stages=None, weights=None)
     Net(network_file, pretrained_file, phase)        (deprecated form)
     Net(net_parameter)                               (a NetParameter with its state set)
+
+    `shapes_only=True` builds every blob's shape and nothing else: no memory, no values, no
+    data read but a database's first record (Note [shapes only] in caffe/common.py).
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, shapes_only: bool = False, **kwargs) -> None:
         param, weights = self._parse_constructor(args, kwargs)
-        self.device = compute_device()
+        if shapes_only and weights:
+            raise NetError("a shapes-only net holds no values: it cannot load weights")
+        self.device = SHAPES_ONLY_DEVICE if shapes_only else compute_device()
         self._before_forward: list[LayerCallback] = []
         self._after_forward: list[LayerCallback] = []
         self._before_backward: list[LayerCallback] = []

@@ -61,12 +61,11 @@ from caffe.sufficient_factors import FactorCollector
 from caffe.sync_layout import SyncLayer, sync_layout
 from caffe.sync_staging import GradientStaging, to_host_async
 from poseidon import _C, rendezvous
-from poseidon.config import SettingError
-from poseidon.plan import layer_spec
+from poseidon.config import PLAN_SYNC_MODES, SettingError
+from poseidon.plan import layer_specs
 from poseidon.timeline import Timeline
 
 _log = logging.getLogger("caffe")
-SYNC_MODES = ("ps-nooverlap", "wfbp", "poseidon")
 F = TypeVar("F", bound=Callable)
 
 
@@ -141,8 +140,8 @@ class PoseidonSync:
         layer_schemes: dict[str, str] | None = None,
         hooks: bool = True,
     ) -> None:
-        if mode not in SYNC_MODES:
-            raise ValueError(f"sync mode {mode!r}: want one of {', '.join(SYNC_MODES)}")
+        if mode not in PLAN_SYNC_MODES:
+            raise ValueError(f"sync mode {mode!r}: want one of {', '.join(PLAN_SYNC_MODES)}")
         self.solver = solver
         self.net = solver.net
         self.worker = worker
@@ -179,23 +178,14 @@ class PoseidonSync:
     def _make_syncers(self) -> list[LayerSyncer]:
         return [LayerSyncer(layer) for layer in sync_layout(self.net)]
 
-    def _layer_spec(self, s: LayerSyncer, force: str) -> _C.LayerSpec:
-        shape = s.layout.shape
-        return layer_spec(s.index, s.name, shape.kind, shape.m, shape.n,
-                          shape.rows * self.iter_size, s.end - s.start, force)  # fmt: skip
-
     def _agree_on_plan(self, force_scheme: str, layer_schemes: dict[str, str]) -> _C.Plan:
-        unknown = sorted(set(layer_schemes) - {s.name for s in self.syncers})
-        if unknown:
-            raise CaffeError(
-                f"POSEIDON_LAYER_SCHEMES names {', '.join(unknown)}: not a synchronised layer "
-                f"of net {self.net.name!r} (those are {', '.join(s.name for s in self.syncers)})"
-            )
-        if self.mode != "poseidon":
-            # WFBP and the baseline move every layer through the PS.
-            force_scheme, layer_schemes = "ps", {}
-        specs = [self._layer_spec(s, layer_schemes.get(s.name, force_scheme))
-                 for s in self.syncers]  # fmt: skip
+        # poseidon.plan.layer_specs: the derivation `poseidon plan` prints (DESIGN §4).
+        try:
+            layout = [s.layout for s in self.syncers]
+            specs = layer_specs(layout, self.iter_size, self.mode, force_scheme, layer_schemes,
+                                what="POSEIDON_LAYER_SCHEMES")  # fmt: skip
+        except ValueError as e:
+            raise CaffeError(f"net {self.net.name!r}: {e}") from None
         plan = self.worker.plan(specs)
         for layer_plan in plan.layers:
             syncer = self.by_index[layer_plan.layer_id]

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 import torch
 
 from caffe.blob import Blob
-from caffe.errors import CaffeError, LayerError
+from caffe.common import shapes_only
+from caffe.errors import CaffeError, InputShapeError, LayerError
 from caffe.layer import Layer
 
 _STOP_POLL_S = 0.1
@@ -158,7 +159,19 @@ class PrefetchingDataLayer(Layer):
         raise NotImplementedError(f"{type(self).__name__}.make_loader")
 
     def setup(self, bottom: Sequence[Blob], top: Sequence[Blob]) -> None:
+        if shapes_only(self.device):
+            self.reshape_tops(top)  # Note [shapes only] (caffe/common.py): no batches, no thread
+            return
         self._start(top, skip_batches=0)
+
+    def reshape_tops(self, top: Sequence[Blob]) -> None:
+        """Shapes only (Note [shapes only] in caffe/common.py): the tops' shapes, as setup gives
+        them, and nothing loaded. By default `make_loader`'s, which reads the first item; a
+        source that cannot be read raises InputShapeError."""
+        try:
+            self.make_loader(top).close()
+        except CaffeError as e:
+            raise InputShapeError(str(e), list(self.layer_param.top)) from None
 
     def _start(self, top: Sequence[Blob], skip_batches: int) -> None:
         self._tops = list(top)

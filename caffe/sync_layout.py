@@ -23,8 +23,9 @@ KINDS = ("FC", "conv", "other")
 
 @dataclass(frozen=True)
 class CommShape:
-    """A layer as the cost model sees it: kind, an m×n weight and `rows` per pass
-    (FC: m = num_output, n = inputs, rows = the batch rows of the GEMM)."""
+    """A layer as the cost model sees it, in the cost model's names (reference §4): kind, an
+    m×n weight and `rows`, its K for one pass (FC: m outputs, n inputs, rows the batch rows
+    of the GEMM; InnerProduct's Note [M, N, K] maps the engine's names onto these)."""
 
     kind: str
     m: int

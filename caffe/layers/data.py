@@ -20,6 +20,7 @@ the record at running offset k iff k % P == caffe.solver_rank(); `layer.shard` h
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import torch
@@ -29,7 +30,7 @@ from caffe.common import root_solver
 from caffe.data_shard import Shard, shard_for_phase
 from caffe.data_transformer import DataTransformer, datum_to_chw, seeded_generator
 from caffe.db import DBCursor, DBReader, is_lmdb_dir, open_db, resolve_backend
-from caffe.errors import CaffeError
+from caffe.errors import CaffeError, InputShapeError
 from caffe.layer import register_layer
 from caffe.prefetch import BatchLoader, PrefetchingDataLayer, layer_label
 from caffe.proto import caffe_pb2
@@ -193,6 +194,34 @@ class DataLayer(PrefetchingDataLayer):
         if root_solver():
             _log.info("output data size: %d,%d,%d,%d", param.batch_size, channels, height, width)
         return loader
+
+    def reshape_tops(self, top):
+        """Shapes only (caffe/common.py): the first record's shape when the database is there,
+        else batch_size × C × crop_size × crop_size, C from transform_param (force_gray: 1;
+        else as many as mean_values; else 3, colour, assumed with a warning)."""
+        param = self.layer_param.data_param
+        if os.path.exists(param.source):
+            super().reshape_tops(top)
+            return
+        transform = self.layer_param.transform_param
+        crop = int(transform.crop_size)
+        if param.batch_size <= 0:
+            raise self.error("data_param.batch_size must be positive")
+        if not crop:
+            raise InputShapeError(
+                f"{layer_label(self)}: data_param.source '{param.source}' does not exist and "
+                "transform_param has no crop_size: nothing says the height and width of top "
+                f"'{self.layer_param.top[0]}'",
+                list(self.layer_param.top),
+            )
+        channels = 1 if transform.force_gray else len(transform.mean_value)
+        if channels <= 1 and not transform.force_gray:
+            _log.warning("%s: data_param.source '%s' does not exist; its items are taken to "
+                         "have 3 channels (colour)", layer_label(self), param.source)  # fmt: skip
+            channels = 3
+        top[0].reshape(param.batch_size, channels, crop, crop)
+        if len(top) > 1:
+            top[1].reshape(param.batch_size)
 
     def _open_source(self, param: caffe_pb2.DataParameter) -> DBReader:
         backend = resolve_backend(param.backend)

@@ -117,7 +117,13 @@ class InnerProductLayer(Layer):
 
     # ----- sufficient factors (caffe/parallel.py, SFB) ----------------------------------------
     def comm_shape(self, bottom) -> CommShape:
-        return CommShape("FC", self.num_output, self.K, self.M)
+        # Note [M, N, K]. The one place the engine's names meet the cost model's. Here, as
+        # in Caffe's InnerProductLayer, the GEMM is M rows (the batch, axes before `axis`)
+        # × K inputs -> N = num_output outputs, weight N×K. The paper (reference §4) and
+        # the comm core call the weight M×N (M = outputs, N = inputs) and the batch K.
+        # So: cost-model M = our N, cost-model N = our K, cost-model K = our M (per pass;
+        # poseidon.plan.layer_specs multiplies by iter_size).
+        return CommShape("FC", m=self.num_output, n=self.K, rows=self.M)
 
     def factor_widths(self) -> tuple[int, int]:
         """Floats per row of the two factors the sink receives: top diff, bottom data."""

@@ -1,42 +1,36 @@
-"""The per-layer communication plan, for printing (`poseidon plan`).
+"""The HybComm plan's inputs and its printed form.
 
-The numbers come from the C++ cost model (poseidon._C.comm_cost and
-best_scheme), the same function the coordinator uses to build the plan the
-workers run with, so what is printed is what runs.
+`layer_specs` is the one derivation of the LayerSpecs a worker declares to the coordinator
+(DESIGN §4: what `poseidon plan` prints is the plan the job runs): PoseidonSync
+(caffe/parallel.py) declares its result, `poseidon plan` feeds the same result to
+`_C.make_plan` — the function the coordinator runs on the declared specs — and prints that
+plan, and the predictor plans its cells with it. Its input is caffe.sync_layout's view of a
+net (which layers are synchronised, their gradient ranges, their CommShape), so that every
+engine rule — frozen layers, shared weights, InnerProduct's axis — is decided once there.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-KINDS = ("FC", "conv", "other")
+if TYPE_CHECKING:
+    from caffe.sync_layout import SyncLayer
 
-
-@dataclass(frozen=True)
-class LayerShape:
-    """A learnable layer as the cost model sees it: an M×N weight, batch K."""
-
-    name: str
-    kind: str  # "FC", "conv" or "other"
-    m: int
-    n: int
-    k: int
-    num_floats: int  # every learnable float of the layer (weights + bias)
-    shape: tuple[int, ...] = ()  # the weight blob's shape, for display
+SCHEME_NAMES = {"auto": "AUTO", "ps": "PS", "sfb": "SFB"}  # option -> _C.SchemeChoice
 
 
-@dataclass(frozen=True)
-class PlanRow:
-    layer: LayerShape
-    ps_bytes: float  # per node per iteration, a worker and a shard on the node
-    sfb_bytes: float | None  # None: not an FC layer, SFB does not apply
-    scheme: str  # "PS" or "SFB"
+def scheme_choice(scheme: str) -> Any:
+    """`_C.SchemeChoice` of "auto", "ps" or "sfb" (POSEIDON_SCHEME's values)."""
+    from poseidon import _C
+
+    if scheme not in SCHEME_NAMES:
+        raise ValueError(f"scheme {scheme!r}: want one of {', '.join(SCHEME_NAMES)}")
+    return getattr(_C.SchemeChoice, SCHEME_NAMES[scheme])
 
 
 def _native_kind(kind: str) -> Any:
+    from caffe.sync_layout import KINDS
     from poseidon import _C
 
     if kind not in KINDS:
@@ -44,74 +38,71 @@ def _native_kind(kind: str) -> Any:
     return {"FC": _C.LayerKind.FC, "conv": _C.LayerKind.CONV}.get(kind, _C.LayerKind.OTHER)
 
 
-def layer_spec(layer_id: int, name: str, kind: str, m: int, n: int, rows: int,
+def layer_spec(layer_id: int, name: str, kind: str, m: int, n: int, k: int,
                num_floats: int, force: str = "auto") -> Any:  # fmt: skip
-    """The comm core's LayerSpec of one synchronised layer: what PoseidonSync declares to the
-    coordinator and what the predictor plans with (one derivation). `rows` are the samples
-    of one iteration (rows per pass × iter_size); only an FC layer may be forced to SFB or
-    left to BestScheme, every other kind is PS. `force` is "auto", "ps" or "sfb"."""
+    """One comm-core LayerSpec: an m×n weight and k samples per worker per iteration, in the
+    cost model's names (reference §4). Only an FC layer may be forced to SFB or left to
+    BestScheme; every other kind is PS. `force` is "auto", "ps" or "sfb"."""
     from poseidon import _C
 
-    choices = {"auto": _C.SchemeChoice.AUTO, "ps": _C.SchemeChoice.PS, "sfb": _C.SchemeChoice.SFB}
-    if force not in choices:
-        raise ValueError(f"scheme {force!r}: want one of {', '.join(choices)}")
     native_kind = _native_kind(kind)
-    choice = choices[force] if native_kind == _C.LayerKind.FC else _C.SchemeChoice.PS
-    return _C.LayerSpec(layer_id, name, native_kind, m, n, rows, num_floats, choice)
+    choice = scheme_choice(force) if native_kind == _C.LayerKind.FC else _C.SchemeChoice.PS
+    return _C.LayerSpec(layer_id, name, native_kind, m, n, k, num_floats, choice)
 
 
-def plan_rows(
-    layers: Sequence[LayerShape],
-    workers: int,
-    servers: int,
-    layer_schemes: dict[str, str] | None = None,
-) -> list[PlanRow]:
-    """BestScheme and both costs for each layer, with P1 workers and P2 shards; an FC layer
-    named in `layer_schemes` takes that scheme instead (POSEIDON_LAYER_SCHEMES)."""
-    from poseidon import _C
+def layer_specs(
+    layout: Sequence[SyncLayer],
+    iter_size: int = 1,
+    sync: str = "poseidon",
+    scheme: str = "auto",
+    layer_schemes: Mapping[str, str] | None = None,
+    what: str = "layer schemes",
+) -> list[Any]:
+    """The LayerSpecs of a job's synchronised layers `layout` (caffe.sync_layout.sync_layout
+    of its net, in net order) with the solver's iter_size, sync mode `sync`, POSEIDON_SCHEME
+    `scheme` and the per-layer POSEIDON_LAYER_SCHEMES `layer_schemes`. Raises ValueError,
+    starting with `what`, when `layer_schemes` names a layer that is not synchronised."""
+    from poseidon.config import PLAN_SYNC_MODES
 
-    forced = layer_schemes or {}
-    unknown = sorted(set(forced) - {layer.name for layer in layers})
+    if sync not in PLAN_SYNC_MODES:
+        raise ValueError(f"sync mode {sync!r} has no HybComm plan (want one of "
+                         f"{', '.join(PLAN_SYNC_MODES)})")  # fmt: skip
+    forced = dict(layer_schemes or {})
+    unknown = sorted(set(forced) - {s.name for s in layout})
     if unknown:
-        raise ValueError(f"layer schemes name {', '.join(unknown)}: no such learnable layer")
-    rows = []
-    for layer in layers:
-        cost = _C.comm_cost(layer.m, layer.n, layer.k, workers, servers)
-        scheme = _C.best_scheme(
-            _native_kind(layer.kind), layer.m, layer.n, layer.k, workers, servers
-        )
-        if layer.kind == "FC" and forced.get(layer.name, "auto") != "auto":
-            scheme = _C.Scheme.SFB if forced[layer.name] == "sfb" else _C.Scheme.PS
-        rows.append(
-            PlanRow(
-                layer=layer,
-                ps_bytes=cost.ps_bytes,
-                sfb_bytes=cost.sfb_bytes if layer.kind == "FC" else None,
-                scheme="SFB" if scheme == _C.Scheme.SFB else "PS",
-            )
-        )
-    return rows
+        raise ValueError(f"{what} names {', '.join(unknown)}: not a synchronised layer (those "
+                         f"are {', '.join(s.name for s in layout) or 'none'})")  # fmt: skip
+    if sync != "poseidon":
+        scheme, forced = "ps", {}  # WFBP and the baseline move every layer through the PS
+    # A CommShape counts rows per pass; the cost model's K is the samples of one iteration,
+    # whose gradient is the sum over its iter_size passes.
+    return [layer_spec(s.index, s.name, s.shape.kind, s.shape.m, s.shape.n,
+                       s.shape.rows * iter_size, s.num_floats, forced.get(s.name, scheme))
+            for s in layout]  # fmt: skip
 
 
 def _mb(x: float) -> str:
     return f"{x / 1e6:.2f}"
 
 
-def format_plan(rows: Sequence[PlanRow], workers: int, servers: int) -> str:
-    """A table: layer, kind, weight shape, K, PS MB/iter, SFB MB/iter, choice; then totals."""
-    header = ("layer", "kind", "shape", "K", "PS MB/iter", "SFB MB/iter", "scheme")
-    body = [
-        (
-            r.layer.name,
-            r.layer.kind,
-            "x".join(str(d) for d in r.layer.shape) or f"{r.layer.m}x{r.layer.n}",
-            str(r.layer.k),
-            _mb(r.ps_bytes),
-            _mb(r.sfb_bytes) if r.sfb_bytes is not None else "-",
-            r.scheme,
-        )
-        for r in rows
-    ]
+def format_plan(plan: Any) -> str:
+    """A `_C.Plan` as a table: layer, kind, M×N weight, K, PS and SFB MB per iteration (per
+    node: a worker and a shard on it), the scheme; then the totals."""
+    from poseidon import _C
+
+    kinds = {_C.LayerKind.FC: "FC", _C.LayerKind.CONV: "conv", _C.LayerKind.OTHER: "other"}
+    header = ("layer", "kind", "MxN", "K", "PS MB/iter", "SFB MB/iter", "scheme")
+    body = []
+    ps_total = hybrid = 0.0
+    for lp in plan.layers:
+        spec, cost = lp.spec, lp.cost
+        fc = spec.kind == _C.LayerKind.FC
+        sfb = lp.scheme == _C.Scheme.SFB
+        ps_total += cost.ps_bytes
+        hybrid += cost.sfb_bytes if sfb else cost.ps_bytes
+        body.append((spec.name, kinds[spec.kind], f"{spec.m}x{spec.n}", str(spec.k),
+                     _mb(cost.ps_bytes), _mb(cost.sfb_bytes) if fc else "-",
+                     "SFB" if sfb else "PS"))  # fmt: skip
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
 
     def line(cells: Sequence[str]) -> str:
@@ -119,56 +110,12 @@ def format_plan(rows: Sequence[PlanRow], workers: int, servers: int) -> str:
             c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
         ).rstrip()
 
-    ps_total = sum(r.ps_bytes for r in rows)
-    hybrid = sum(
-        r.sfb_bytes if r.scheme == "SFB" and r.sfb_bytes is not None else r.ps_bytes for r in rows
-    )
     out = [
-        f"P1={workers} workers, P2={servers} shards; MB (1e6 bytes) sent+received per node per "
-        "iteration, fp32 weights (reference §4)",
+        f"P1={plan.num_workers} workers, P2={plan.num_servers} shards; MB (1e6 bytes) "
+        "sent+received per node per iteration, fp32 weights (reference §4)",
         line(header),
         line(["-" * w for w in widths]),
         *(line(b) for b in body),
         f"total: all PS {_mb(ps_total)} MB/iter; hybrid (chosen schemes) {_mb(hybrid)} MB/iter",
     ]
     return "\n".join(out)
-
-
-def layers_from_net(net: Any, batch: int | None = None) -> list[LayerShape]:
-    """Learnable layers of a caffe.Net, in net order; K is the bottom's batch unless given."""
-    layers = []
-    for index, layer in enumerate(net.layers):
-        if len(layer.blobs) == 0:
-            continue
-        name = net._layer_names[index]
-        shape = tuple(int(d) for d in layer.blobs[0].shape)
-        num_floats = sum(math.prod(int(d) for d in b.shape) for b in layer.blobs)
-        bottoms = net.bottom_names[name]
-        k = batch if batch is not None else (int(net.blobs[bottoms[0]].shape[0]) if bottoms else 1)
-        if layer.type == "InnerProduct":
-            transpose = bool(layer.layer_param.inner_product_param.transpose)
-            m, n = (shape[1], shape[0]) if transpose else (shape[0], math.prod(shape[1:]))
-            kind = "FC"
-        elif layer.type in ("Convolution", "Deconvolution"):
-            m, n, kind = shape[0], math.prod(shape[1:]), "conv"
-        else:
-            m, n, kind = num_floats, 1, "other"
-        layers.append(LayerShape(name, kind, m, n, k, num_floats, shape))
-    return layers
-
-
-def layers_from_prototxt(path: str, batch: int | None = None) -> list[LayerShape]:
-    """Loads the net with the engine (TRAIN phase) and lists its learnable layers."""
-    import logging
-
-    import caffe  # the engine; imported here so `import poseidon` stays light
-
-    # Building a net logs every layer at INFO; the plan is the output here.
-    engine_log = logging.getLogger("caffe")
-    level = engine_log.level
-    engine_log.setLevel(max(level, logging.WARNING))
-    try:
-        net = caffe.Net(path, caffe.TRAIN)
-    finally:
-        engine_log.setLevel(level)
-    return layers_from_net(net, batch)

@@ -1,18 +1,22 @@
-"""The plan printer: its core on a list of layer shapes (the worked table of
-reference §4), the prototxt loader through the engine, and the CLI."""
+"""The plan printer: its core on hand-made specs (the worked table of reference §4), the
+prototxt through the engine, the flags, the README's example (fast and small: the net is
+built shapes-only), and the CLI."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from poseidon import _C
 from poseidon.cli import COMMANDS, build_parser, main
-from poseidon.plan import LayerShape, format_plan, plan_rows
+from poseidon.plan import format_plan, layer_spec
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NET = """
 name: "tiny"
 layer { name: "data" type: "Input" top: "data"
@@ -28,47 +32,102 @@ layer { name: "fc2" type: "InnerProduct" bottom: "fc1" top: "fc2"
 
 
 def test_worked_table_rows() -> None:
-    layers = [
-        LayerShape("fc6", "FC", 4096, 25088, 32, 4096 * 25088 + 4096),
-        LayerShape("fc7", "FC", 4096, 4096, 32, 4096 * 4096 + 4096),
-        LayerShape("fc8", "FC", 21841, 4096, 32, 21841 * 4096 + 21841),
-        LayerShape("fc", "FC", 1000, 2048, 32, 1000 * 2048 + 1000),
-        LayerShape("conv", "conv", 512, 4608, 32, 512 * 4608 + 512),
+    specs = [
+        layer_spec(0, "fc6", "FC", 4096, 25088, 32, 4096 * 25088 + 4096),
+        layer_spec(1, "fc7", "FC", 4096, 4096, 32, 4096 * 4096 + 4096),
+        layer_spec(2, "fc8", "FC", 21841, 4096, 32, 21841 * 4096 + 21841),
+        layer_spec(3, "fc", "FC", 1000, 2048, 32, 1000 * 2048 + 1000),
+        layer_spec(4, "conv", "conv", 512, 4608, 32, 512 * 4608 + 512),
     ]
-    rows = plan_rows(layers, 16, 16)
-    mb = [(round(r.ps_bytes / 1e6, 1), r.sfb_bytes and round(r.sfb_bytes / 1e6, 1)) for r in rows]
-    assert mb[0] == (1541.4, 112.1)
-    assert mb[1] == (251.7, 31.5)
-    assert mb[2] == (1341.9, 99.6)
-    assert mb[3] == (30.7, 11.7)
-    assert mb[4][1] is None  # SFB does not apply to convolutions
-    assert [r.scheme for r in rows] == ["SFB", "SFB", "SFB", "SFB", "PS"]
-    text = format_plan(rows, 16, 16)
+    plan = _C.make_plan(specs, 16, 16)
+    mb = [(round(lp.cost.ps_bytes / 1e6, 1), round(lp.cost.sfb_bytes / 1e6, 1))
+          for lp in plan.layers]  # fmt: skip
+    assert mb[:4] == [(1541.4, 112.1), (251.7, 31.5), (1341.9, 99.6), (30.7, 11.7)]
+    assert [lp.scheme for lp in plan.layers] == [_C.Scheme.SFB] * 4 + [_C.Scheme.PS]
+    text = format_plan(plan)
     assert re.search(r"fc6\s+FC\s+4096x25088\s+32\s+1541\.41\s+112\.07\s+SFB", text)
+    # SFB does not apply to convolutions.
     assert re.search(r"conv\s+conv\s+512x4608\s+32\s+\S+\s+-\s+PS", text)
     # GoogLeNet's classifier at K = 128 stays on the PS at 16 workers.
-    (g,) = plan_rows([LayerShape("loss3", "FC", 1000, 1024, 128, 1024 * 1000)], 16, 16)
-    assert g.scheme == "PS" and g.sfb_bytes > g.ps_bytes
+    (g,) = _C.make_plan([layer_spec(0, "loss3", "FC", 1000, 1024, 128, 1024 * 1000)], 16, 16).layers
+    assert g.scheme == _C.Scheme.PS and g.cost.sfb_bytes > g.cost.ps_bytes
 
 
 def test_prototxt_through_the_engine(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    pytest.importorskip("caffe")
     path = tmp_path / "tiny.prototxt"
     path.write_text(NET)
     assert main(["plan", "--model", str(path), "--workers", "4", "--servers", "2"]) == 0
     out = capsys.readouterr().out
     assert "P1=4 workers, P2=2 shards" in out
-    # conv1: 4x3x3x3 weights; fc1: 512 x (4*6*6); fc2: 2 x 512; K from the bottom (8).
-    assert re.search(r"conv1\s+conv\s+4x3x3x3\s+8\s+\S+\s+-\s+PS", out)
+    # conv1: 4 x (3*3*3); fc1: 512 x (4*6*6); fc2: 2 x 512; K from the bottom (8).
+    assert re.search(r"conv1\s+conv\s+4x27\s+8\s+\S+\s+-\s+PS", out)
     assert re.search(r"fc1\s+FC\s+512x144\s+8\s+\S+\s+\S+\s+SFB", out)
     assert re.search(r"fc2\s+FC\s+2x512\s+8\s+\S+\s+\S+\s+PS", out)
     assert "relu1" not in out  # not learnable
-    assert main(["plan", "--model", str(path), "--workers", "4", "--batch", "1000"]) == 0
+    # --batch sets the data layers' batch; --iter-size multiplies K; --scheme forces.
+    args = ["plan", "--model", str(path), "--workers", "4", "--batch", "500", "--iter-size", "2"]
+    assert main(args) == 0
     assert re.search(r"fc1\s+FC\s+512x144\s+1000\s+\S+\s+\S+\s+PS", capsys.readouterr().out)
+    assert main([*args, "--scheme", "sfb"]) == 0
+    assert re.search(r"fc1\s+FC\s+512x144\s+1000\s+\S+\s+\S+\s+SFB", capsys.readouterr().out)
+    assert main([*args, "--input-shape", "data=2,3,8,8"]) == 0  # a given shape wins
+    assert re.search(r"fc1\s+FC\s+512x144\s+4\s", capsys.readouterr().out)
+
+
+def test_readme_example_runs_fast_and_small() -> None:
+    """The README's `poseidon plan` line, as written, from the repository root (VGG19-22K,
+    whose training LMDB is not here): well under a second and a few MB, where building the
+    net with its 229 M weights took seconds and gigabytes."""
+    line = next(x for x in (REPO_ROOT / "README.md").read_text().splitlines()
+                if x.startswith("poseidon plan "))  # fmt: skip
+    measure = (
+        "import resource, sys, time\n"
+        "import caffe.layers, poseidon._C, poseidon.plan, poseidon.plan_net\n"
+        "from poseidon.cli import main\n"
+        "def peak_mb(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "before, start = peak_mb(), time.perf_counter()\n"
+        "status = main(sys.argv[1:])\n"
+        "print(f'{time.perf_counter() - start} {peak_mb() - before}', file=sys.stderr)\n"
+        "sys.exit(status)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", measure, *shlex.split(line)[1:]], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"fc8\s+FC\s+21841x4096\s+32\s+1341\.91\s+99\.60\s+SFB", done.stdout)
+    seconds, peak_mb = map(float, done.stderr.split()[-2:])
+    assert seconds < 2.0  # measured 0.03-0.06 s; 2 s leaves room for a loaded machine
+    assert peak_mb < 100  # measured +4 MB; the built net peaked at +2.2 GB
+
+
+def test_data_without_its_data(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    lenet = str(REPO_ROOT / "models/lenet/train_val.prototxt")
+    # No LMDB and no crop_size: nothing says the image size; the error says how to give it.
+    assert main(["plan", "--model", lenet, "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "Layer 'mnist' (type Data)" in err and "--input-shape data=N,C,H,W" in err
+    shape = ["--input-shape", "data=64,1,28,28"]
+    assert main(["plan", "--model", lenet, "--workers", "2", *shape]) == 0
+    assert re.search(r"ip1\s+FC\s+500x800\s+64\s", capsys.readouterr().out)
+    assert main(["plan", "--model", lenet, "--workers", "2", "--input-shape", "pixels=1"]) == 2
+    assert "--input-shape names pixels: not a top of a data layer" in capsys.readouterr().err
+    assert main(["plan", "--model", lenet, "--workers", "2", "--input-shape", "data=64x1"]) == 2
+    assert "want TOP=N,C,H,W" in capsys.readouterr().err
+
+
+def test_plan_flags_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "tiny.prototxt"
+    path.write_text(NET)
+    assert main(["plan", "--workers", "2"]) == 2
+    assert "--solver or a --model" in capsys.readouterr().err
+    assert main(["plan", "--model", str(path), "--workers", "2", "--iter-size", "0"]) == 2
+    assert "--iter-size must be >= 1" in capsys.readouterr().err
+    assert main(["plan", "--model", str(path), "--workers", "2", "--layer-schemes", "fc9=ps"]) == 2
+    assert "--layer-schemes names fc9: not a synchronised layer" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # allreduce has no HybComm plan
+        main(["plan", "--model", str(path), "--workers", "2", "--sync", "allreduce"])
 
 
 def test_plan_reports_a_bad_model(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    pytest.importorskip("caffe")
     assert main(["plan", "--model", str(tmp_path / "missing.prototxt"), "--workers", "2"]) == 2
     assert "poseidon plan: cannot load" in capsys.readouterr().err
 

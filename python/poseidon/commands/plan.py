@@ -1,7 +1,9 @@
-"""Print the communication plan of a network: for every learnable layer its
-shape, the bytes one node sends and receives per iteration under the
-parameter server (PS) and under sufficient-factor broadcasting (SFB), and
-the scheme BestScheme picks (reference §4; only FC layers can use SFB)."""
+"""Print the communication plan of a job: for every synchronised layer its M×N weight and K,
+the bytes one node sends and receives per iteration under the parameter server (PS) and
+under sufficient-factor broadcasting (SFB), and the scheme (reference §4; only FC layers can
+use SFB). It is the plan the job runs, by construction: the specs come from
+poseidon.plan.layer_specs, which PoseidonSync declares too, and the plan from _C.make_plan,
+which the coordinator runs on them."""
 
 from __future__ import annotations
 
@@ -11,10 +13,26 @@ HELP = "print PS vs SFB bytes per iteration and the chosen scheme for each layer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="network prototxt")
+    from poseidon.config import PLAN_SYNC_MODES, SCHEMES
+
+    p.add_argument("--solver", help="the job's solver prototxt: its train net and iter_size")
+    p.add_argument("--model", help="net prototxt (instead of the solver's net)")
     p.add_argument("--workers", type=int, required=True, help="P1, number of workers")
     p.add_argument("--servers", type=int, help="P2, number of shards (default: P1)")
-    p.add_argument("--batch", type=int, help="K, samples per worker (default: the net's batch)")
+    p.add_argument("--batch", type=int, help="batch size of every data layer (default: the net's)")
+    p.add_argument(
+        "--iter-size", type=int, help="passes per iteration (default: the solver's, else 1)"
+    )
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="TOP=N,C,H,W",
+        help="shape of a data layer's top, instead of reading its data (repeatable; the "
+        "layer's other tops, labels, are N)",
+    )
+    p.add_argument("--sync", choices=PLAN_SYNC_MODES, default="poseidon", help="POSEIDON_SYNC")
+    p.add_argument("--scheme", choices=SCHEMES, default="auto", help="POSEIDON_SCHEME")
     p.add_argument(
         "--layer-schemes",
         default="",
@@ -23,26 +41,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from caffe.errors import CaffeError, InputShapeError
+    from caffe.sync_layout import sync_layout
+    from poseidon import _C
     from poseidon.commands._common import fail
     from poseidon.config import SettingError, parse_layer_schemes
-    from poseidon.plan import format_plan, layers_from_prototxt, plan_rows
+    from poseidon.plan import format_plan, layer_specs, scheme_choice
+    from poseidon.plan_net import parse_input_shapes, plan_net
 
     servers = args.servers or args.workers
+    if not (args.model or args.solver):
+        return fail("plan", "give the job's --solver or a --model")
     if args.workers < 1 or servers < 1:
         return fail("plan", "--workers and --servers must be >= 1")
-    if args.batch is not None and args.batch < 1:
-        return fail("plan", "--batch must be >= 1")
+    for flag, value in (("--batch", args.batch), ("--iter-size", args.iter_size)):
+        if value is not None and value < 1:
+            return fail("plan", f"{flag} must be >= 1")
     try:
         forced = parse_layer_schemes(args.layer_schemes, "--layer-schemes")
-    except SettingError as e:
+        shapes = parse_input_shapes(args.input_shape)
+    except (SettingError, ValueError) as e:
         return fail("plan", e)
+    what = args.model or args.solver
     try:
-        layers = layers_from_prototxt(args.model, args.batch)
-    except (OSError, ValueError, RuntimeError) as e:
-        return fail("plan", f"cannot load {args.model}: {e}")
+        target = plan_net(args.model, args.solver, args.batch, shapes, args.iter_size)
+    except InputShapeError as e:
+        return fail("plan", f"cannot load {what}: {e} (give it: --input-shape "
+                            f"{e.tops[0]}=N,C,H,W)")  # fmt: skip
+    except (OSError, ValueError, CaffeError) as e:
+        return fail("plan", f"cannot load {what}: {e}")
     try:
-        rows = plan_rows(layers, args.workers, servers, forced)
+        specs = layer_specs(sync_layout(target.net), target.iter_size, args.sync, args.scheme,
+                            forced, what="--layer-schemes")  # fmt: skip
     except ValueError as e:
         return fail("plan", e)
-    print(format_plan(rows, args.workers, servers))
+    plan = _C.make_plan(specs, args.workers, servers, force=scheme_choice(args.scheme))
+    print(format_plan(plan))
     return 0

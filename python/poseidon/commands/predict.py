@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 
+from poseidon.config import SYNC_MODES
+
 HELP = "predict iteration time and speed-up per mode and node count from a compute profile"
-MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce", "poseidon-tuned")
-DEFAULT_MODES = "ps-nooverlap,wfbp,poseidon,allreduce"
+MODES = (*SYNC_MODES, "poseidon-tuned")
+DEFAULT_MODES = ",".join(SYNC_MODES)
 FRAMINGS = ("ethernet", "tbf")
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from poseidon.config import SYNC_MODES
 from poseidon.experiments.emulation import EmulationError
 from poseidon.experiments.report import Results, write_outputs
 from poseidon.experiments.run import (
@@ -32,7 +33,7 @@ from poseidon.experiments.run import (
 )
 from poseidon.experiments.units import parse_bandwidth, parse_list, parse_nodes
 
-MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce", "poseidon-tuned")
+MODES = (*SYNC_MODES, "poseidon-tuned")
 QUICK_NODES = [1, 2]
 
 

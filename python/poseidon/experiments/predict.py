@@ -36,10 +36,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from poseidon.config import SYNC_MODES
 from poseidon.experiments.profile import Profile
 from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink
 
-MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
+MODES = SYNC_MODES
 TUNED = "poseidon-tuned"  # Poseidon with per-layer schemes chosen by time (tune.py)
 FRAME_HEADER_BYTES = 48  # poseidon/include/poseidon/frame.h
 # TCP payload per Ethernet frame on the wire (MTU 1500, TCP timestamps; the preamble,
@@ -93,20 +94,11 @@ def _planned_layers(
     layer_schemes: dict[str, str] | None = None,
 ) -> list[_SyncedLayer]:
     from poseidon import _C
-    from poseidon.plan import layer_spec
+    from poseidon.experiments.buckets import profile_sync_layers
+    from poseidon.plan import layer_specs
 
-    force = "auto" if mode == "poseidon" else "ps"
-    choices = (layer_schemes or {}) if mode == "poseidon" else {}
-    specs, synced = [], []
-    for index, layer in enumerate(profile.layers):
-        if layer.sync is None:
-            continue
-        sync = layer.sync
-        kind = "other" if sync.late and sync.kind == "FC" else sync.kind
-        scheme = choices.get(layer.name, force)
-        specs.append(layer_spec(index, layer.name, kind, sync.m, sync.n, sync.rows, sync.floats,
-                                scheme))  # fmt: skip
-        synced.append(index)
+    # The profile was measured at iter_size 1; its rows are an iteration's.
+    specs = layer_specs(profile_sync_layers(profile), 1, mode, "auto", layer_schemes)
     plan = _C.make_plan(specs, nodes, nodes, chunk_bytes)
     out = []
     for lp in plan.layers:

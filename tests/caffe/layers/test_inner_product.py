@@ -58,3 +58,12 @@ def test_input_size_change_is_an_error_naming_the_layer():
     bottom[0].reshape(2, 4)
     with pytest.raises(LayerError, match="under_test"):
         layer.run_forward(bottom, top)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_comm_shape_in_the_cost_models_names(transpose):
+    # Note [M, N, K]: 3 × 2 rows of 5 inputs to 4 outputs is, for the cost model, a 4×5
+    # weight (M outputs × N inputs) and K = 6 rows, whichever way the weight is stored.
+    x = np.zeros((3, 2, 5), np.float32)
+    layer, bottom, _ = make_layer(ip_text(4, axis=2, transpose=transpose), [x])
+    assert layer.comm_shape(bottom).as_dict() == {"kind": "FC", "m": 4, "n": 5, "rows": 6}
