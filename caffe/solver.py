@@ -52,7 +52,7 @@ from caffe.net import Net
 from caffe.proto import caffe_pb2
 from caffe.proto_io import read_solver_param
 from caffe.solver_log import cpp_float, log_outputs
-from caffe.solver_nets import build_test_nets, build_train_net
+from caffe.solver_nets import build_test_nets, build_train_net, require_train_net
 from caffe.solver_snapshot import SolverSnapshotMixin
 from caffe.timer import Timer
 
@@ -64,6 +64,11 @@ ACTIONS = ("none", "stop", "snapshot")
 def _info(message: str, *args: object) -> None:
     if root_solver():
         _log.info(message, *args, stacklevel=2)
+
+
+def _source(solver: object) -> str | None:
+    """The solver file's path, for messages; None for a SolverParameter."""
+    return os.fspath(solver) if isinstance(solver, str | os.PathLike) else None
 
 
 class _CallbackPair:
@@ -84,6 +89,8 @@ class Solver(SolverSnapshotMixin):
         self, solver: str | os.PathLike | caffe_pb2.SolverParameter, *, mode: str | None = None
     ) -> None:
         self.param = self._read_param(solver)
+        # Before anything else: an empty or net-less file would fail on its lr_policy first.
+        require_train_net(self.param, _source(solver))
         _info("Initializing solver from parameters: \n%s", self.param)
         self.check_param()
         self._choose_mode(mode)

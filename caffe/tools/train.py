@@ -19,6 +19,7 @@ import logging
 from caffe.errors import CaffeError
 from caffe.proto import caffe_pb2
 from caffe.proto_io import read_solver_param
+from caffe.solver_nets import require_train_net
 from caffe.tools.devices import choose_devices, log_gpu_names
 from caffe.tools.flags import Flags
 from caffe.tools.progress import attach_progress_bar
@@ -41,6 +42,7 @@ def train(flags: Flags) -> int:
     check_effect("sigint_effect", flags.sigint_effect)
     check_effect("sighup_effect", flags.sighup_effect)
     param = read_solver_param(flags.solver)
+    require_train_net(param, flags.solver)
     param.train_state.level = flags.level
     param.train_state.stage.extend(flags.stages)
     distributed = _poseidon_worker_rank()

@@ -82,7 +82,7 @@ def test_paths_are_relative_to_the_current_directory(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ("", "must specify a train net using one of these fields"),
+        ("", "solver.prototxt: the solver names no net to train"),
         ('train_net: "a.prototxt"\nnet: "b.prototxt"', "given: train_net, net"),
         ('net: "n.prototxt"\nnet_param { name: "x" }', "given: net_param, net"),
     ],
@@ -91,6 +91,23 @@ def test_exactly_one_train_net(tmp_path, fields, message):
     path = write_solver(tmp_path, f"base_lr: 0.1\nlr_policy: 'fixed'\n{fields}")
     with pytest.raises(SolverError, match=message):
         caffe.SGDSolver(path)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n"])
+def test_an_empty_solver_file_says_it_names_no_net(tmp_path, text):
+    # Before: "Unknown learning rate policy: ''" (lr_policy has no default).
+    path = tmp_path / "empty_solver.prototxt"
+    path.write_text(text)
+    expected = f"{path}: the solver file is empty; it names no net to train (set one of: net,"
+    for build in (caffe.get_solver, caffe.SGDSolver):
+        with pytest.raises(SolverError) as error:
+            build(str(path))
+        assert str(error.value).startswith(expected)
+
+
+def test_a_solver_parameter_without_a_net_says_so():
+    with pytest.raises(SolverError, match="^The solver names no net to train"):
+        caffe.SGDSolver(caffe_pb2.SolverParameter(base_lr=0.1))
 
 
 @pytest.mark.parametrize(

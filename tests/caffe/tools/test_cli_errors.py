@@ -73,6 +73,17 @@ def test_user_errors_are_one_fatal_line(args, expected):
     assert expected in fatal_message(log)
 
 
+def test_an_empty_solver_file_is_named(tmp_path):
+    solver = tmp_path / "solver.prototxt"
+    solver.write_text("")
+    status, log = run_caffe("train", "--solver", str(solver))
+    assert status == 1
+    assert fatal_message(log) == (
+        f"{solver}: the solver file is empty; it names no net to train (set one of: net, "
+        "net_param, train_net, train_net_param)"
+    )
+
+
 def test_bad_phase_is_named(tmp_path):
     model = tmp_path / "net.prototxt"
     model.write_text(TINY_NET)
