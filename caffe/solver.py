@@ -106,6 +106,7 @@ class Solver(SolverSnapshotMixin):
         self._iteration_timer = Timer()
         self._iterations_last = 0
         self.check_snapshot_write_permissions()
+        self.sweep_stale_snapshot_files()
         if self.param.random_seed >= 0:
             set_random_seed(self.param.random_seed + solver_rank())
         self.net: Net = build_train_net(self.param)
