@@ -46,6 +46,7 @@ from caffe.common import (
     set_random_seed,
     solver_rank,
 )
+from caffe.divergence import DivergenceGuard, check_nonfinite_limit
 from caffe.errors import SolverError
 from caffe.lr_policy import learning_rate
 from caffe.net import Net
@@ -84,6 +85,10 @@ class Solver(SolverSnapshotMixin):
 
     type_name = ""  # set by @register_solver
     history_sets = 0  # history blobs per learnable parameter (the rule's state)
+    # Check every iteration's loss and gradients (caffe/divergence.py). A solver that does no
+    # real arithmetic (the experiments' compute replay) turns it off: nothing can diverge,
+    # and reading the gradient would cost time its profile does not hold.
+    check_nonfinite = True
 
     def __init__(
         self, solver: str | os.PathLike | caffe_pb2.SolverParameter, *, mode: str | None = None
@@ -112,6 +117,7 @@ class Solver(SolverSnapshotMixin):
         self.net: Net = build_train_net(self.param)
         # Only the root solver tests, so only it builds (and opens the data of) test nets.
         self.test_nets: list[Net] = build_test_nets(self.param) if root_solver() else []
+        self.divergence = DivergenceGuard(self.net, enabled=self.check_nonfinite)
         # The rule's state: per history set one flat buffer laid out as the net's parameter
         # buffers, so that a rule can update many parameters with one op (caffe/solvers/
         # sgd.py); `history` holds its per-parameter views, set by set (Caffe's order).
@@ -147,6 +153,12 @@ class Solver(SolverSnapshotMixin):
             raise SolverError(f"iter_size should be >= 1 (got {p.iter_size})")
         # Fails now (unknown policy, stepsize or max_iter it cannot use), not at iteration 0.
         learning_rate(p, 0, 0)
+        if p.base_lr < 0 and root_solver():
+            _log.warning(
+                "base_lr is negative (%s): every update will climb the loss instead of "
+                "descending it",
+                cpp_float(p.base_lr),
+            )
         if p.weight_decay and p.regularization_type not in ("L1", "L2"):
             raise SolverError(
                 f"Unknown regularization type: '{p.regularization_type}' (solver field "
@@ -171,6 +183,17 @@ class Solver(SolverSnapshotMixin):
     @property
     def type(self) -> str:
         return self.type_name
+
+    @property
+    def nonfinite_limit(self) -> int:
+        """Consecutive iterations with a non-finite loss or gradient after which step()
+        raises SolverError (default 10); 0 trains on regardless, as BVLC Caffe does.
+        See caffe/divergence.py."""
+        return self.divergence.limit
+
+    @nonfinite_limit.setter
+    def nonfinite_limit(self, limit: int) -> None:
+        self.divergence.limit = check_nonfinite_limit(limit)
 
     # ----- callbacks and actions ------------------------------------------------------------
     def add_callback(self, on_start, on_gradients_ready=None) -> None:  # type: ignore[no-untyped-def]
@@ -255,6 +278,7 @@ class Solver(SolverSnapshotMixin):
             for _ in range(p.iter_size):
                 loss += self.net.forward_backward()
             loss /= p.iter_size
+            self.divergence.check(self.iter, loss)  # warns, or raises after nonfinite_limit
             self._update_smoothed_loss(loss, start_iter)
             if display:
                 self._display()

@@ -38,8 +38,8 @@ def _info(message: str, *args: object) -> None:
 
 
 class SolverSnapshotMixin:
-    """Mixed into caffe.solver.Solver (uses param, iter, current_step, net, history).
-    `last_snapshot` is the solver state written last (or restored from)."""
+    """Mixed into caffe.solver.Solver (uses param, iter, current_step, net, history,
+    divergence). `last_snapshot` is the solver state written last (or restored from)."""
 
     last_snapshot: str | None = None
 
@@ -107,11 +107,16 @@ class SolverSnapshotMixin:
     def snapshot(self) -> None:
         """Write the net and the solver state for the current iteration.
 
-        A failed write
+        Weights that are not finite are not written (a warning names the kept snapshot), so
+        a diverged run never buries its last good snapshot under a NaN one. A failed write
         (a full disk) raises WeightsError naming the file, the reason and the kept snapshot;
         every file is written to a temporary name and renamed, so nothing partial remains.
         """
         self._flush()
+        problem = self.divergence.nonfinite_weights()
+        if problem is not None:
+            _log.warning("Iteration %d: not snapshotting: %s; %s", self.iter, problem, self._kept())
+            return
         hdf5 = self.param.snapshot_format == caffe_pb2.SolverParameter.HDF5
         try:
             if hdf5:

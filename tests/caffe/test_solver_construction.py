@@ -11,7 +11,7 @@ from caffe.errors import SolverError
 from caffe.proto import caffe_pb2
 from caffe.proto_io import parse_net_text, parse_solver_text
 from caffe.solvers import solver_type_list
-from tests.caffe.solver_harness import make_solver, net_text, weights, write_solver
+from tests.caffe.solver_harness import make_solver, net_text, recorded_log, weights, write_solver
 
 STAGED_LAYERS = """
 layer { name: "only_s1" type: "ReLU" bottom: "ip" top: "ip" include { stage: "s1" } }
@@ -106,7 +106,7 @@ def test_an_empty_solver_file_says_it_names_no_net(tmp_path, text):
 
 
 def test_a_solver_parameter_without_a_net_says_so():
-    with pytest.raises(SolverError, match="^The solver names no net to train"):
+    with pytest.raises(SolverError, match=r"^The solver names no net to train"):
         caffe.SGDSolver(caffe_pb2.SolverParameter(base_lr=0.1))
 
 
@@ -244,3 +244,15 @@ def test_an_explicit_mode_choice_wins_over_solver_mode(tmp_path, monkeypatch):
     solver = caffe.SGDSolver(path, mode="CPU")
     assert caffe.common.mode() == "CPU" and warnings == []
     assert solver.param.solver_mode == caffe_pb2.SolverParameter.GPU
+
+
+def test_a_negative_base_lr_is_warned_about(tmp_path):
+    with recorded_log() as log:
+        make_solver(tmp_path, "base_lr: -0.01\nlr_policy: 'fixed'\n")
+    assert (
+        "base_lr is negative (-0.01): every update will climb the loss instead of descending it"
+        in log
+    )
+    with recorded_log() as log:
+        make_solver(tmp_path / "ok", "base_lr: 0.01\nlr_policy: 'fixed'\n")
+    assert not any("base_lr is negative" in m for m in log)

@@ -64,6 +64,10 @@ def test_help_and_version_succeed(capsys):
             "Could not open file /nonexistent/solver.prototxt",
         ),
         (["train", "--frobnicate"], "unknown command line flag 'frobnicate'"),
+        (
+            ["train", "--solver", "s", "--nonfinite_limit", "-1"],
+            "--nonfinite_limit must be an integer >= 0",
+        ),
         (["time", "extra", "--model", "m"], "Unexpected argument 'extra'"),
     ],
 )
