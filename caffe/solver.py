@@ -9,7 +9,8 @@ updates):
     2. if test_interval and iter % test_interval == 0 and (iter > 0 or test_initialization):
        test every test net (root solver only)
     3. callbacks' on_start()
-    4. iter_size forward/backward passes (gradients accumulate), loss = their mean
+    4. iter_size forward/backward passes (gradients accumulate), loss = their mean;
+       divergence.check: a non-finite loss or gradient warns, nonfinite_limit in a row stop
     5. smoothed loss over the last average_loss iterations; display lines on display iters
     6. callbacks' on_gradients_ready()    (where distributed training averages gradients)
     7. apply_update(): lr, clip, normalize, regularize, rule, net update, ++iter
