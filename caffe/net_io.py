@@ -63,10 +63,13 @@ class NetWeightsMixin:
         write_caffemodel(str(filename), header, blobs, write_diff=write_diff)
 
     def save_hdf5(self, filename: str, write_diff: bool = False) -> None:
+        """Write HDF5 weights (groups data/<layer>/<i>, and diff/ with write_diff), atomically
+        as save(): a failure (a full disk) raises WeightsError and leaves no file behind."""
         import h5py
 
-        tmp = f"{filename}.tmp"
-        with h5py.File(tmp, "w") as f:
+        from caffe.atomic_write import replacing
+
+        with replacing(str(filename), WeightsError) as tmp, h5py.File(tmp, "x") as f:
             data = f.create_group("data")
             diff = f.create_group("diff") if write_diff else None
             for layer_id, layer in enumerate(self.layers):
@@ -81,7 +84,6 @@ class NetWeightsMixin:
                     group.create_dataset(str(param_id), data=blob.data)
                     if diff_group is not None:
                         diff_group.create_dataset(str(param_id), data=blob.diff)
-        os.replace(tmp, filename)
 
     def _net_param_id(self, layer_id: int, param_id: int) -> int:
         return self._param_layer_indices.index((layer_id, param_id))

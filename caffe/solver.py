@@ -9,7 +9,8 @@ updates):
     2. if test_interval and iter % test_interval == 0 and (iter > 0 or test_initialization):
        test every test net (root solver only)
     3. callbacks' on_start()
-    4. iter_size forward/backward passes (gradients accumulate), loss = their mean
+    4. iter_size forward/backward passes (gradients accumulate), loss = their mean;
+       divergence.check: a non-finite loss or gradient warns, nonfinite_limit in a row stop
     5. smoothed loss over the last average_loss iterations; display lines on display iters
     6. callbacks' on_gradients_ready()    (where distributed training averages gradients)
     7. apply_update(): lr, clip, normalize, regularize, rule, net update, ++iter
@@ -51,13 +52,14 @@ from caffe.common import (
     set_random_seed,
     solver_rank,
 )
+from caffe.divergence import DivergenceGuard, check_nonfinite_limit
 from caffe.errors import SolverError
 from caffe.lr_policy import learning_rate
 from caffe.net import Net
 from caffe.proto import caffe_pb2
 from caffe.proto_io import read_solver_param
 from caffe.solver_log import cpp_float, log_outputs
-from caffe.solver_nets import build_test_nets, build_train_net
+from caffe.solver_nets import build_test_nets, build_train_net, require_train_net
 from caffe.solver_snapshot import SolverSnapshotMixin
 from caffe.timer import Timer
 
@@ -69,6 +71,11 @@ ACTIONS = ("none", "stop", "snapshot")
 def _info(message: str, *args: object) -> None:
     if root_solver():
         _log.info(message, *args, stacklevel=2)
+
+
+def _source(solver: object) -> str | None:
+    """The solver file's path, for messages; None for a SolverParameter."""
+    return os.fspath(solver) if isinstance(solver, str | os.PathLike) else None
 
 
 class _CallbackPair:
@@ -84,11 +91,17 @@ class Solver(SolverSnapshotMixin):
 
     type_name = ""  # set by @register_solver
     history_sets = 0  # history blobs per learnable parameter (the rule's state)
+    # Check every iteration's loss and gradients (caffe/divergence.py). A solver that does no
+    # real arithmetic (the experiments' compute replay) turns it off: nothing can diverge,
+    # and reading the gradient would cost time its profile does not hold.
+    check_nonfinite = True
 
     def __init__(
         self, solver: str | os.PathLike | caffe_pb2.SolverParameter, *, mode: str | None = None
     ) -> None:
         self.param = self._read_param(solver)
+        # Before anything else: an empty or net-less file would fail on its lr_policy first.
+        require_train_net(self.param, _source(solver))
         _info("Initializing solver from parameters: \n%s", self.param)
         self.check_param()
         self._choose_mode(mode)
@@ -105,11 +118,13 @@ class Solver(SolverSnapshotMixin):
         self._iteration_timer = Timer()
         self._iterations_last = 0
         self.check_snapshot_write_permissions()
+        self.sweep_stale_snapshot_files()
         if self.param.random_seed >= 0:
             set_random_seed(self.param.random_seed + solver_rank())
         self.net: Net = build_train_net(self.param)
         # Only the root solver tests, so only it builds (and opens the data of) test nets.
         self.test_nets: list[Net] = build_test_nets(self.param) if root_solver() else []
+        self.divergence = DivergenceGuard(self.net, enabled=self.check_nonfinite)
         # The rule's state: per history set one flat buffer laid out as the net's parameter
         # buffers, so that a rule can update many parameters with one op (caffe/solvers/
         # sgd.py); `history` holds its per-parameter views, set by set (Caffe's order).
@@ -145,6 +160,12 @@ class Solver(SolverSnapshotMixin):
             raise SolverError(f"iter_size should be >= 1 (got {p.iter_size})")
         # Fails now (unknown policy, stepsize or max_iter it cannot use), not at iteration 0.
         learning_rate(p, 0, 0)
+        if p.base_lr < 0 and root_solver():
+            _log.warning(
+                "base_lr is negative (%s): every update will climb the loss instead of "
+                "descending it",
+                cpp_float(p.base_lr),
+            )
         if p.weight_decay and p.regularization_type not in ("L1", "L2"):
             raise SolverError(
                 f"Unknown regularization type: '{p.regularization_type}' (solver field "
@@ -169,6 +190,17 @@ class Solver(SolverSnapshotMixin):
     @property
     def type(self) -> str:
         return self.type_name
+
+    @property
+    def nonfinite_limit(self) -> int:
+        """Consecutive iterations with a non-finite loss or gradient after which step()
+        raises SolverError (default 10); 0 trains on regardless, as BVLC Caffe does.
+        See caffe/divergence.py."""
+        return self.divergence.limit
+
+    @nonfinite_limit.setter
+    def nonfinite_limit(self, limit: int) -> None:
+        self.divergence.limit = check_nonfinite_limit(limit)
 
     # ----- callbacks and actions ------------------------------------------------------------
     def add_callback(self, on_start, on_gradients_ready=None) -> None:  # type: ignore[no-untyped-def]
@@ -261,6 +293,7 @@ class Solver(SolverSnapshotMixin):
             for _ in range(p.iter_size):
                 loss += self.net.forward_backward()
             loss /= p.iter_size
+            self.divergence.check(self.iter, loss)  # warns, or raises after nonfinite_limit
             self._update_smoothed_loss(loss, start_iter)
             if display:
                 self._display()

@@ -48,6 +48,20 @@ def load_weights(net: Net, weights: list[str]) -> None:
                 net.copy_from(path)
 
 
+def require_train_net(param: caffe_pb2.SolverParameter, source: str | None = None) -> None:
+    """SolverError unless the solver names a train net; the message names `source` (the
+    solver file) and says when it is empty, which otherwise fails on its lr_policy ''."""
+    if any(param.HasField(f) for f in ("train_net_param", "train_net", "net_param", "net")):
+        return
+    # Reading a file fills in snapshot_prefix (Caffe's rule), so that one does not count.
+    empty = all(field.name == "snapshot_prefix" for field, _ in param.ListFields())
+    if source is None:
+        lead = "The solver"
+    else:
+        lead = f"{source}: the solver file is empty; it" if empty else f"{source}: the solver"
+    raise SolverError(f"{lead} names no net to train (set one of: {_TRAIN_FIELDS})")
+
+
 def train_net_param(param: caffe_pb2.SolverParameter) -> caffe_pb2.NetParameter:
     """The train net's NetParameter with its merged TRAIN state."""
     given = [f for f in ("train_net_param", "train_net", "net_param", "net") if param.HasField(f)]

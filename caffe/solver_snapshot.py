@@ -15,14 +15,14 @@ string dataset `learned_net`, group `history` with float datasets "0", "1", ...
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import secrets
+import re
 
 import numpy as np
 import torch
 
+from caffe.atomic_write import parse_temp_name, replacing
 from caffe.blob_proto import BlobArray, shape_equals
 from caffe.common import root_solver
 from caffe.errors import SolverError, WeightsError
@@ -38,7 +38,10 @@ def _info(message: str, *args: object) -> None:
 
 
 class SolverSnapshotMixin:
-    """Mixed into caffe.solver.Solver (uses param, iter, current_step, net, history)."""
+    """Mixed into caffe.solver.Solver (uses param, iter, current_step, net, history,
+    divergence). `last_snapshot` is the solver state written last (or restored from)."""
+
+    last_snapshot: str | None = None
 
     def snapshot_filename(self, extension: str) -> str:
         return f"{self.param.snapshot_prefix}_iter_{self.iter}{extension}"
@@ -61,50 +64,106 @@ class SolverSnapshotMixin:
                 f"Make sure that the directory {directory} exists and is writable."
             ) from None
 
+    def sweep_stale_snapshot_files(self) -> None:
+        """Remove the temporary files that a killed run of this host left in the snapshot
+        prefix's directory; report (and keep) those whose writer may still be running.
+
+        Only our own names are touched: `<prefix>_iter_<N>.<caffemodel|solverstate>[.h5]`
+        followed by caffe/atomic_write.py's temporary suffix (or an older version's plain
+        `.tmp`, which names no writer and is therefore only reported).
+        """
+        if not (root_solver() and self.param.snapshot_prefix):
+            return
+        directory, base = os.path.split(self.param.snapshot_prefix)
+        ours = re.compile(rf"{re.escape(base)}_iter_\d+\.(caffemodel|solverstate)(\.h5)?")
+        try:
+            names = sorted(os.listdir(directory or "."))
+        except OSError:
+            return  # a missing directory is check_snapshot_write_permissions' to report
+        for name in names:
+            temp = parse_temp_name(name)
+            if temp is None or not ours.fullmatch(temp.target):
+                continue
+            path = os.path.join(directory, name)
+            if temp.abandoned():
+                try:
+                    os.remove(path)
+                except OSError as e:
+                    _log.warning("Could not remove stale snapshot file %s: %s", path, e.strerror)
+                    continue
+                _log.warning(
+                    "Removed %s: an unfinished snapshot file of process %d, which is gone",
+                    path, temp.pid,
+                )  # fmt: skip
+            else:
+                writer = f"process {temp.pid} on {temp.host}" if temp.pid else "an older run"
+                _log.warning(
+                    "%s looks like an unfinished snapshot file (written by %s); not removed: "
+                    "delete it if no other run uses snapshot prefix %s",
+                    path, writer, self.param.snapshot_prefix,
+                )  # fmt: skip
+
     # ----- writing ------------------------------------------------------------------------
     def snapshot(self) -> None:
-        """Write the net and the solver state for the current iteration."""
+        """Write the net and the solver state for the current iteration.
+
+        Weights that are not finite are not written (a warning names the kept snapshot), so
+        a diverged run never buries its last good snapshot under a NaN one. A failed write
+        (a full disk) raises WeightsError naming the file, the reason and the kept snapshot;
+        every file is written to a temporary name and renamed, so nothing partial remains.
+        """
         self._flush()
-        if self.param.snapshot_format == caffe_pb2.SolverParameter.HDF5:
-            model_filename = self.snapshot_filename(".caffemodel.h5")
-            _info("Snapshotting to HDF5 file %s", model_filename)
-            self.net.save_hdf5(model_filename, write_diff=self.param.snapshot_diff)
-            self._write_state_hdf5(model_filename)
-        else:
-            model_filename = self.snapshot_filename(".caffemodel")
-            _info("Snapshotting to binary proto file %s", model_filename)
-            self.net.save(model_filename, write_diff=self.param.snapshot_diff)
-            self._write_state_binary(model_filename)
+        problem = self.divergence.nonfinite_weights()
+        if problem is not None:
+            _log.warning("Iteration %d: not snapshotting: %s; %s", self.iter, problem, self._kept())
+            return
+        hdf5 = self.param.snapshot_format == caffe_pb2.SolverParameter.HDF5
+        try:
+            if hdf5:
+                model_filename = self.snapshot_filename(".caffemodel.h5")
+                _info("Snapshotting to HDF5 file %s", model_filename)
+                self.net.save_hdf5(model_filename, write_diff=self.param.snapshot_diff)
+                state_filename = self._write_state_hdf5(model_filename)
+            else:
+                model_filename = self.snapshot_filename(".caffemodel")
+                _info("Snapshotting to binary proto file %s", model_filename)
+                self.net.save(model_filename, write_diff=self.param.snapshot_diff)
+                state_filename = self._write_state_binary(model_filename)
+        except WeightsError as e:
+            raise WeightsError(
+                f"Snapshot at iteration {self.iter} failed: {e}; {self._kept()}"
+            ) from None
+        self.last_snapshot = state_filename
+
+    def _kept(self) -> str:
+        if self.last_snapshot is None:
+            return "this run has written no earlier snapshot"
+        return f"the last snapshot, {self.last_snapshot}, is kept"
 
     def _history_arrays(self) -> list[np.ndarray]:
         return [h.detach().cpu().numpy() for h in self.history]
 
-    def _write_state_binary(self, model_filename: str) -> None:
+    def _write_state_binary(self, model_filename: str) -> str:
         filename = self.snapshot_filename(".solverstate")
         _info("Snapshotting solver state to binary proto file %s", filename)
         write_solverstate(
             filename, self.iter, self.current_step, model_filename, self._history_arrays()
         )
+        return filename
 
-    def _write_state_hdf5(self, model_filename: str) -> None:
+    def _write_state_hdf5(self, model_filename: str) -> str:
         import h5py
 
         filename = self.snapshot_filename(".solverstate.h5")
         _info("Snapshotting solver state to HDF5 file %s", filename)
-        tmp = f"{filename}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        try:
-            with h5py.File(tmp, "w") as f:
-                f.create_dataset("iter", data=np.array([self.iter], np.int32))
-                f.create_dataset("learned_net", data=np.bytes_(model_filename.encode()))
-                f.create_dataset("current_step", data=np.array([self.current_step], np.int32))
-                history = f.create_group("history")
-                for i, array in enumerate(self._history_arrays()):
-                    history.create_dataset(str(i), data=array)
-            os.replace(tmp, filename)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise WeightsError(f"Could not write file {filename}: {e}") from None
+        with replacing(filename, WeightsError) as tmp, h5py.File(tmp, "x") as f:
+            f.create_dataset("iter", data=np.array([self.iter], np.int32))
+            f.create_dataset("learned_net", data=np.bytes_(model_filename.encode()))
+            f.create_dataset("current_step", data=np.array([self.current_step], np.int32))
+            history = f.create_group("history")
+            for i, array in enumerate(self._history_arrays()):
+                history.create_dataset(str(i), data=array)
+        return filename
 
     # ----- reading ------------------------------------------------------------------------
     def restore(self, state_file: str) -> None:
@@ -129,6 +188,7 @@ class SolverSnapshotMixin:
             target.copy_(torch.from_numpy(values))
         self.iter = iteration
         self.current_step = current_step
+        self.last_snapshot = state_file
         # The train net's data layers continue where the interrupted run was: iter *
         # iter_size batches into their (sharded) sources, so the resumed run sees the
         # batches the uninterrupted one would have. (Test nets do not change the weights.)

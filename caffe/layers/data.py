@@ -27,7 +27,7 @@ import torch
 from google.protobuf.message import DecodeError
 
 from caffe.common import root_solver
-from caffe.data_shard import Shard, shard_for_phase
+from caffe.data_shard import Shard, WrapWarning, shard_for_phase
 from caffe.data_transformer import DataTransformer, datum_to_chw, seeded_generator
 from caffe.db import DBCursor, DBReader, is_lmdb_dir, open_db, resolve_backend
 from caffe.errors import CaffeError, InputShapeError
@@ -51,6 +51,7 @@ class DatumLoader(BatchLoader):
         with_labels: bool,
         skip: int,
         where: str,
+        wrap_warning: WrapWarning | None = None,
     ) -> None:
         super().__init__(where)
         self.reader = reader
@@ -60,6 +61,10 @@ class DatumLoader(BatchLoader):
         self.with_labels = with_labels
         self.skip = skip  # records skipped once at the start (rand_skip)
         self.offset = 0  # running count of records passed, across wrap-arounds
+        # A database cannot say how many records it holds (LevelDB), so the cursor counts
+        # them on its first pass and tells wrap_warning at the first wrap-around.
+        self.wrap_warning = wrap_warning
+        self._position = 0  # the cursor's record index from the first key
         self._cursor: DBCursor | None = None  # opened on the prefetch thread
 
     def _open_cursor(self) -> DBCursor:
@@ -72,10 +77,14 @@ class DatumLoader(BatchLoader):
 
     def _step(self, cursor: DBCursor) -> None:
         cursor.next()
+        self._position += 1
         if not cursor.valid:
             if root_solver():
                 _log.info("Restarting data prefetching from start.")
             cursor.seek_to_first()
+            if self.wrap_warning is not None:
+                self.wrap_warning.check(self._position)
+            self._position = 0
 
     def next_record(self) -> tuple[bytes, bytes]:
         """(key, value) of the next record this shard keeps."""
@@ -150,6 +159,7 @@ class DatumLoader(BatchLoader):
 class DataLayer(PrefetchingDataLayer):
     min_top = 1
     max_top = 2
+    wrap_warning: WrapWarning | None = None
 
     def make_loader(self, top):
         param = self.layer_param.data_param
@@ -173,6 +183,11 @@ class DataLayer(PrefetchingDataLayer):
             skip = int(torch.randint(0, param.rand_skip, (1,), generator=generator))
             _log.info("Skipping first %d data points.", skip)
         self.shard = shard_for_phase(self.phase)
+        if self.wrap_warning is None:  # one per layer: a resumed run makes a new loader
+            self.wrap_warning = WrapWarning(
+                layer_label(self), f"data_param.source '{param.source}'", param.batch_size,
+                self.shard,
+            )  # fmt: skip
         loader = DatumLoader(
             self._open_source(param),
             param.batch_size,
@@ -181,6 +196,7 @@ class DataLayer(PrefetchingDataLayer):
             with_labels=len(top) > 1,
             skip=skip,
             where=layer_label(self),
+            wrap_warning=self.wrap_warning,
         )
         try:
             item_shape = loader.first_item_shape()

@@ -24,9 +24,10 @@ import numpy as np
 import torch
 
 from caffe.common import root_solver
-from caffe.data_shard import shard_for_phase
+from caffe.data_shard import WrapWarning, shard_for_phase
 from caffe.data_transformer import seeded_generator
 from caffe.layer import Layer, register_layer
+from caffe.prefetch import layer_label
 
 _log = logging.getLogger("caffe")
 
@@ -63,6 +64,11 @@ class HDF5DataLayer(Layer):
         self.shuffle = bool(param.shuffle)
         self.generator = seeded_generator()
         self.shard = shard_for_phase(self.phase)
+        # The row count of the files is known once each has been loaded: at the first wrap.
+        self.wrap_warning = WrapWarning(
+            layer_label(self), f"hdf5_data_param.source '{param.source}'", self.batch_size,
+            self.shard,
+        )  # fmt: skip
         self.dataset_names = list(self.layer_param.top)
         self.file_order = self._permutation(len(self.files))
         self.current_file = 0
@@ -124,6 +130,8 @@ class HDF5DataLayer(Layer):
     def _advance(self) -> None:
         self.current_row += 1
         if self.current_row == self.num_rows:
+            if self.current_file == len(self.files) - 1:
+                self.wrap_warning.check(self.offset + 1)  # rows passed in the first pass
             if len(self.files) > 1:
                 self.current_file += 1
                 if self.current_file == len(self.files):

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from caffe.common import root_solver
-from caffe.data_shard import Shard, shard_for_phase
+from caffe.data_shard import Shard, WrapWarning, shard_for_phase
 from caffe.data_transformer import DataTransformer, seeded_generator
 from caffe.errors import CaffeError
 from caffe.image_codec import join_root, pillow, read_image
@@ -135,6 +135,7 @@ def parse_image_list(layer, source: str) -> list[tuple[str, int]]:  # type: igno
 @register_layer("ImageData")
 class ImageDataLayer(PrefetchingDataLayer):
     exact_num_top = 2
+    wrap_warning: WrapWarning | None = None
 
     def make_loader(self, top):
         param = self.layer_param.image_data_param
@@ -162,6 +163,12 @@ class ImageDataLayer(PrefetchingDataLayer):
             where=layer_label(self),
         )
         self.shard = shard_for_phase(self.phase)
+        if self.wrap_warning is None:  # one per layer: a resumed run makes a new loader
+            self.wrap_warning = WrapWarning(
+                layer_label(self), f"image_data_param.source '{param.source}'",
+                param.batch_size, self.shard,
+            )  # fmt: skip
+        self.wrap_warning.check(len(lines))
         loader = ImageLoader(lines, param, transformer, self.shard, True, layer_label(self))
         if param.rand_skip:
             skip = int(torch.randint(0, param.rand_skip, (1,), generator=transformer.generator))

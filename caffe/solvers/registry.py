@@ -14,6 +14,7 @@ from caffe.errors import SolverError
 from caffe.proto import caffe_pb2
 from caffe.registry import Registry
 from caffe.solver import Solver
+from caffe.solver_nets import require_train_net
 
 _REGISTRY: Registry[type[Solver]] = Registry("solver", SolverError)
 S = TypeVar("S", bound=type[Solver])
@@ -38,4 +39,6 @@ def get_solver(
 ) -> Solver:
     """Build the solver that the file's (or message's) `type` names (pycaffe's get_solver)."""
     param = Solver._read_param(solver)
+    if not isinstance(solver, caffe_pb2.SolverParameter):
+        require_train_net(param, os.fspath(solver))  # the file's name is known only here
     return solver_class(param.type)(param, mode=mode)

@@ -46,6 +46,9 @@ FLAG_SPECS = [
                                       "received: snapshot, stop or none."),
     FlagSpec("sighup_effect", "snapshot", "Optional; action to take when a SIGHUP signal is "
                                           "received: snapshot, stop or none."),
+    FlagSpec("nonfinite_limit", 10, "Optional; stop training with an error after this many "
+                                    "consecutive iterations whose loss or gradient is NaN or "
+                                    "infinite; 0 never stops (BVLC Caffe's behaviour)."),
     FlagSpec("debug", False, "Show Python tracebacks for errors (also CAFFE_DEBUG=1)."),
 ]  # fmt: skip
 _SPECS = {spec.name: spec for spec in FLAG_SPECS}
@@ -68,6 +71,7 @@ class Flags:
     gpu: str = ""
     sigint_effect: str = "stop"
     sighup_effect: str = "snapshot"
+    nonfinite_limit: int = 10
     debug: bool = False
 
     @property

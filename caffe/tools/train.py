@@ -2,6 +2,7 @@
 
     caffe train --solver S [--snapshot F.solverstate | --weights A.caffemodel[,B...]]
                 [--gpu ids|all] [--level N] [--stage a,b] [--sigint_effect E] [--sighup_effect E]
+                [--nonfinite_limit N]
 
 Order of events: read the solver (upgraded), put --level/--stage into its train_state,
 choose the device, build the solver of its `type`, let a distributed job attach to it,
@@ -17,9 +18,11 @@ from __future__ import annotations
 
 import logging
 
+from caffe.divergence import check_nonfinite_limit
 from caffe.errors import CaffeError
 from caffe.proto import caffe_pb2
 from caffe.proto_io import read_solver_param
+from caffe.solver_nets import require_train_net
 from caffe.tools.devices import choose_devices, log_gpu_names
 from caffe.tools.flags import Flags
 from caffe.tools.progress import attach_progress_bar
@@ -40,7 +43,9 @@ def train(flags: Flags) -> int:
         )
     check_effect("sigint_effect", flags.sigint_effect)
     check_effect("sighup_effect", flags.sighup_effect)
+    check_nonfinite_limit(flags.nonfinite_limit, "--nonfinite_limit")
     param = read_solver_param(flags.solver)
+    require_train_net(param, flags.solver)
     param.train_state.level = flags.level
     param.train_state.stage.extend(flags.stages)
     distributed = _poseidon_worker_rank()
@@ -52,6 +57,7 @@ def train(flags: Flags) -> int:
         param.weights.append(flags.weights)
     with SignalHandler(flags.sigint_effect, flags.sighup_effect) as signals:
         solver = _build_solver(param)
+        solver.nonfinite_limit = flags.nonfinite_limit
         solver.set_action_function(signals.action)
         sync = _attach_distributed(solver) if distributed is not None else None
         progress = attach_progress_bar(solver)

@@ -11,7 +11,7 @@ from caffe.errors import SolverError
 from caffe.proto import caffe_pb2
 from caffe.proto_io import parse_net_text, parse_solver_text
 from caffe.solvers import solver_type_list
-from tests.caffe.solver_harness import make_solver, net_text, weights, write_solver
+from tests.caffe.solver_harness import make_solver, net_text, recorded_log, weights, write_solver
 
 STAGED_LAYERS = """
 layer { name: "only_s1" type: "ReLU" bottom: "ip" top: "ip" include { stage: "s1" } }
@@ -82,7 +82,7 @@ def test_paths_are_relative_to_the_current_directory(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ("", "must specify a train net using one of these fields"),
+        ("", "solver.prototxt: the solver names no net to train"),
         ('train_net: "a.prototxt"\nnet: "b.prototxt"', "given: train_net, net"),
         ('net: "n.prototxt"\nnet_param { name: "x" }', "given: net_param, net"),
     ],
@@ -91,6 +91,23 @@ def test_exactly_one_train_net(tmp_path, fields, message):
     path = write_solver(tmp_path, f"base_lr: 0.1\nlr_policy: 'fixed'\n{fields}")
     with pytest.raises(SolverError, match=message):
         caffe.SGDSolver(path)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n"])
+def test_an_empty_solver_file_says_it_names_no_net(tmp_path, text):
+    # Before: "Unknown learning rate policy: ''" (lr_policy has no default).
+    path = tmp_path / "empty_solver.prototxt"
+    path.write_text(text)
+    expected = f"{path}: the solver file is empty; it names no net to train (set one of: net,"
+    for build in (caffe.get_solver, caffe.SGDSolver):
+        with pytest.raises(SolverError) as error:
+            build(str(path))
+        assert str(error.value).startswith(expected)
+
+
+def test_a_solver_parameter_without_a_net_says_so():
+    with pytest.raises(SolverError, match=r"^The solver names no net to train"):
+        caffe.SGDSolver(caffe_pb2.SolverParameter(base_lr=0.1))
 
 
 @pytest.mark.parametrize(
@@ -227,3 +244,15 @@ def test_an_explicit_mode_choice_wins_over_solver_mode(tmp_path, monkeypatch):
     solver = caffe.SGDSolver(path, mode="CPU")
     assert caffe.common.mode() == "CPU" and warnings == []
     assert solver.param.solver_mode == caffe_pb2.SolverParameter.GPU
+
+
+def test_a_negative_base_lr_is_warned_about(tmp_path):
+    with recorded_log() as log:
+        make_solver(tmp_path, "base_lr: -0.01\nlr_policy: 'fixed'\n")
+    assert (
+        "base_lr is negative (-0.01): every update will climb the loss instead of descending it"
+        in log
+    )
+    with recorded_log() as log:
+        make_solver(tmp_path / "ok", "base_lr: 0.01\nlr_policy: 'fixed'\n")
+    assert not any("base_lr is negative" in m for m in log)

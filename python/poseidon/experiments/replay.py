@@ -234,6 +234,8 @@ class ReplaySolver(SGDSolver):
     no real kernels. Each learnable parameter is charged its layer's `update_s` in
     proportion to its size; Net.update (data -= diff, on byte-scaled blobs) stays."""
 
+    check_nonfinite = False  # no real arithmetic: nothing diverges, and no check's time
+
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         self._update_cost = _update_costs(self.net)

@@ -253,3 +253,46 @@ def test_leveldb_source(tmp_path):
     )
     assert run_forward(layer, bottom, top)[1].tolist() == [0, 1, 2]
     layer.close()
+
+
+def _wrap_warnings(log):
+    return [r.getMessage() for r in log.records if "every batch wraps around" in r.getMessage()]
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "leveldb"])
+def test_batch_larger_than_the_database_warns_once(tmp_path, caffe_log, backend):
+    if backend == "leveldb":
+        pytest.importorskip("plyvel")
+    write_indexed_db(tmp_path / "db", 3, backend=backend)
+    text = data_text(tmp_path / "db", 5, extra=f"backend: {backend.upper()}")
+    layer, bottom, top = make_layer(text, [], 2, TEST)
+    assert labels_of(layer, bottom, top, 3)[0] == [0, 1, 2, 0, 1]  # wraps, as Caffe
+    assert _wrap_warnings(caffe_log) == [
+        f"Layer 'under_test' (type Data): batch_size 5 is larger than the 3 records of "
+        f"data_param.source '{tmp_path / 'db'}': every batch wraps around and repeats records"
+    ]
+    layer.fast_forward(2)  # a resumed run: a new loader, still one warning per layer
+    labels_of(layer, bottom, top, 2)
+    assert len(_wrap_warnings(caffe_log)) == 1
+    layer.close()
+
+
+def test_batch_larger_than_this_workers_shard_warns(tmp_path, caffe_log, solvers):
+    write_indexed_db(tmp_path / "db", 6)
+    solvers(1, 2)
+    layer, bottom, top = make_layer(data_text(tmp_path / "db", 4), [], 2, TRAIN)
+    assert labels_of(layer, bottom, top, 1) == [[1, 3, 5, 1]]
+    (message,) = _wrap_warnings(caffe_log)
+    assert "batch_size 4 is larger than the 6 records" in message
+    assert "this worker's shard, rank 1 of 2, reads 3 of them before repeating" in message
+    layer.close()
+
+
+def test_batch_that_fits_the_database_or_shard_does_not_warn(tmp_path, caffe_log, solvers):
+    write_indexed_db(tmp_path / "db", 6)
+    solvers(0, 2)
+    layer, bottom, top = make_layer(data_text(tmp_path / "db", 3), [], 2, TRAIN)
+    labels_of(layer, bottom, top, 4)  # several passes
+    assert "Restarting data prefetching from start." in caffe_log.text
+    assert _wrap_warnings(caffe_log) == []
+    layer.close()

@@ -105,3 +105,23 @@ def test_whole_batches_walk_the_rows_as_one_row_batches_do(tmp_path, shuffle):
     np.testing.assert_array_equal(np.concatenate([b[0] for b in batches]),
                                   np.concatenate([r[0] for r in rows]))  # fmt: skip
     assert layer.offset == one.offset == 30
+
+
+def test_batch_larger_than_all_files_warns_once(tmp_path, two_files, caffe_log):
+    layer, bottom, top = hdf5_layer(tmp_path, two_files, 6)
+    for _ in range(3):
+        run_forward(layer, bottom, top)
+    warnings = [r.getMessage() for r in caffe_log.records if "wraps around" in r.getMessage()]
+    assert warnings == [
+        f"Layer 'h5' (type HDF5Data): batch_size 6 is larger than the 5 records of "
+        f"hdf5_data_param.source '{tmp_path / 'list.txt'}': every batch wraps around and "
+        "repeats records"
+    ]
+
+
+def test_batch_that_fits_the_files_does_not_warn(tmp_path, two_files, caffe_log):
+    layer, bottom, top = hdf5_layer(tmp_path, two_files, 5)
+    for _ in range(3):
+        run_forward(layer, bottom, top)
+    assert "Looping around to first file." in caffe_log.text
+    assert "wraps around" not in caffe_log.text

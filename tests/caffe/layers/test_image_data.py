@@ -85,3 +85,17 @@ def test_without_pillow_the_error_says_so(tmp_path, images, monkeypatch):
     monkeypatch.setitem(sys.modules, "PIL", None)
     with pytest.raises(CaffeError, match=r"'img'.*needs the Pillow package"):
         image_layer(tmp_path)
+
+
+def test_batch_larger_than_the_list_warns_once(tmp_path, images, caffe_log):
+    layer, bottom, top = image_layer(tmp_path, "batch_size: 4")
+    assert run_forward(layer, bottom, top)[1].tolist() == [3, 7, 1, 3]
+    layer.fast_forward(1)
+    run_forward(layer, bottom, top)
+    warnings = [r.getMessage() for r in caffe_log.records if "wraps around" in r.getMessage()]
+    assert warnings == [
+        f"Layer 'img' (type ImageData): batch_size 4 is larger than the 3 records of "
+        f"image_data_param.source '{tmp_path / 'list.txt'}': every batch wraps around and "
+        "repeats records"
+    ]
+    layer.close()

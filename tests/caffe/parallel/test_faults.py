@@ -103,3 +103,26 @@ def test_killed_worker_stops_the_job_and_the_snapshot_resumes(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:]
     assert f"Restoring previous solver status from {latest}" in result.stdout
     assert (tmp_path / f"again_iter_{iteration + 3}.caffemodel").exists()
+
+
+def test_a_diverging_worker_ends_the_job_with_its_error(tmp_path):
+    """Each worker checks its own loss and gradients (caffe/divergence.py); the first to
+    reach --nonfinite_limit raises, and the job's abort path ends the others."""
+    solver = write_solver(str(tmp_path), 4, 1000)
+    with open(solver) as f:
+        text = f.read()
+    with open(solver, "w") as f:
+        f.write(text.replace("base_lr: 0.05", "base_lr: 1e6"))
+    started = time.monotonic()
+    result = subprocess.run([*LAUNCH, "-n", "2", "-s", "1", "--", *CAFFE, "train", "--solver",
+                             solver, "--nonfinite_limit", "3"], cwd=str(tmp_path),
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "OMP_NUM_THREADS": "1",
+                                 "GLOG_minloglevel": "0"})  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert time.monotonic() - started < 60
+    assert re.search(r"\[worker \d\] W.*Iteration \d+: loss = nan in output 'loss'", output)
+    stop = r"\[worker \d\] F.*training diverged: the loss or gradient has been non-finite for 3 "
+    assert re.search(stop + "consecutive iterations", output), output[-3000:]
+    assert "Traceback" not in output

@@ -64,6 +64,10 @@ def test_help_and_version_succeed(capsys):
             "Could not open file /nonexistent/solver.prototxt",
         ),
         (["train", "--frobnicate"], "unknown command line flag 'frobnicate'"),
+        (
+            ["train", "--solver", "s", "--nonfinite_limit", "-1"],
+            "--nonfinite_limit must be an integer >= 0",
+        ),
         (["time", "extra", "--model", "m"], "Unexpected argument 'extra'"),
     ],
 )
@@ -71,6 +75,17 @@ def test_user_errors_are_one_fatal_line(args, expected):
     status, log = run_caffe(*args)
     assert status == 1
     assert expected in fatal_message(log)
+
+
+def test_an_empty_solver_file_is_named(tmp_path):
+    solver = tmp_path / "solver.prototxt"
+    solver.write_text("")
+    status, log = run_caffe("train", "--solver", str(solver))
+    assert status == 1
+    assert fatal_message(log) == (
+        f"{solver}: the solver file is empty; it names no net to train (set one of: net, "
+        "net_param, train_net, train_net_param)"
+    )
 
 
 def test_bad_phase_is_named(tmp_path):

@@ -26,6 +26,8 @@ def test_defaults_are_caffes():
     assert flags == Flags()
     assert (flags.iterations, flags.level, flags.gpu, flags.phase) == (50, 0, "", "")
     assert (flags.sigint_effect, flags.sighup_effect) == ("stop", "snapshot")
+    assert flags.nonfinite_limit == 10  # ours: BVLC trains on through NaN (0 here)
+    assert parse_command_line(["train", "--nonfinite_limit=0"]).flags.nonfinite_limit == 0
 
 
 def test_values_may_start_with_a_dash_or_contain_equals():
