@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.caffe.parallel.test_job_ends import write_case
 from tests.caffe.parallel.test_faults import start, wait_for
+from tests.caffe.parallel.test_job_ends import write_case
 from tests.poseidon.sshd import Sshd, running_sshd, unavailable
 from tests.process_tree import processes_mentioning, wait_gone
 
@@ -40,8 +40,9 @@ def free_port() -> int:
 def launch_command(sshd: Sshd, tmp_path: Path, port: int, *command: str) -> list[str]:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("127.0.0.1 slots=1\nlocalhost slots=1\n")
-    return [sys.executable, "-m", "poseidon.cli", "launch", "-n", "2", "--hostfile",
-            str(hostfile), "--ssh", " ".join(sshd.ssh), "--port", str(port), "--", *command]  # fmt: skip
+    launch = [sys.executable, "-m", "poseidon.cli", "launch", "-n", "2"]
+    return [*launch, "--hostfile", str(hostfile), "--ssh", " ".join(sshd.ssh), "--port",
+            str(port), "--", *command]  # fmt: skip
 
 
 def local_env() -> dict[str, str]:
@@ -98,9 +99,8 @@ def test_a_failed_job_leaves_nothing_behind_and_its_port_free(sshd, tmp_path):
 def test_a_stopped_or_killed_launcher_leaves_nothing_on_any_host(sshd, tmp_path, how):
     solver = write_case(str(tmp_path), "long", 10_000_000)
     port = free_port()
-    env_keys = local_env()
-    command = ["env", f"PATH={env_keys['PATH']}",
-               *launch_command(sshd, tmp_path, port, "caffe", "train", "--solver", solver)]  # fmt: skip
+    job = launch_command(sshd, tmp_path, port, "caffe", "train", "--solver", solver)
+    command = ["env", f"PATH={local_env()['PATH']}", *job]
     launcher, lines = start(command, str(tmp_path))
     seen: list[str] = []
     wait_for(lines, r"\[worker 0\] I.* Iteration 10 \(", seen)
