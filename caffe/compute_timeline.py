@@ -11,7 +11,7 @@ def attach_compute_timeline(net: Any, timeline: Any, iteration: Callable[[], int
     """Record `forward <layer>` / `backward <layer>` spans on `timeline` (an object with
     now_us() and span(...), poseidon.timeline.Timeline). Attach after the syncer's own
     callbacks: a layer's forward span then excludes its wait for the layer's gradient."""
-    names, starts = net._layer_names, {}
+    names, starts = net.layer_names, {}
 
     def begin(kind: str) -> Callable[[int], None]:
         return lambda i: starts.__setitem__((kind, i), timeline.now_us())

@@ -3,8 +3,9 @@
 Every rule of Caffe's Net::Init is kept (spec §2): state filtering, automatic Split
 layers, in-place tops, anonymous loss tops, loss weights in top diffs, weight sharing
 by name, backward pruning with propagate_down and force_backward, outputs sorted by
-name. Callbacks before/after forward/backward of each layer are the hooks that the
-distributed layer (caffe/parallel.py) uses.
+name. Callbacks before/after forward/backward of each layer, one single-slot hook and
+read-only views (caffe/net_views.py) are what distributed training attaches to: the whole
+surface is listed in caffe/training_hooks.py.
 
 Memory for learnable parameters is allocated once, after setup: all owned parameters
 live in one flat data buffer and one flat diff buffer, in learnable-parameter order,
@@ -26,14 +27,16 @@ from caffe.insert_splits import insert_splits
 from caffe.layer import Layer, create_layer
 from caffe.net_filter import filter_net
 from caffe.net_io import NetWeightsMixin
+from caffe.net_views import NetViewsMixin
 from caffe.proto import caffe_pb2
 from caffe.pycaffe import PycaffeNetMixin
+from caffe.training_hooks import HookSlot
 
 _log = logging.getLogger("caffe")
 LayerCallback = Callable[[int], None]
 
 
-class Net(PycaffeNetMixin, NetWeightsMixin):
+class Net(PycaffeNetMixin, NetWeightsMixin, NetViewsMixin):
     """pycaffe's caffe.Net. Constructors:
 
     Net(network_file, phase, level=0, stages=None, weights=None)
@@ -43,6 +46,9 @@ class Net(PycaffeNetMixin, NetWeightsMixin):
     `shapes_only=True` builds every blob's shape and nothing else: no memory, no values, no
     data read but a database's first record (Note [shapes only] in caffe/common.py).
     """
+
+    # Single slot of the distributed-training surface (caffe/training_hooks.py).
+    clear_param_diffs_hook: HookSlot[Callable[[], None]] = HookSlot()
 
     def __init__(self, *args, shapes_only: bool = False, **kwargs) -> None:
         param, weights = self._parse_constructor(args, kwargs)
@@ -466,10 +472,6 @@ class Net(PycaffeNetMixin, NetWeightsMixin):
 
     def layer_index(self, name: str) -> int:
         return self._layer_name_to_idx[name]
-
-    @property
-    def layer_need_backward(self) -> list[bool]:
-        return list(self._layer_need_backward)
 
     def _forward_debug_info(self, i: int) -> None:
         for blob_id, blob in zip(self._top_id_vecs[i], self._top_vecs[i]):

@@ -1,7 +1,8 @@
 """Distributed data-parallel training over Poseidon: wait-free backpropagation (WFBP)
 and hybrid communication (HybComm). The only module of the engine that imports poseidon.
 
-It attaches to a Solver through its documented hooks only (DESIGN §3):
+It attaches to a Solver through the engine's attach surface only (caffe/training_hooks.py
+lists all of it; DESIGN §3):
 
 - `after_backward(l)`: the moment layer l's backward is done (last pass of iter_size),
   its syncer starts moving the layer's gradient — a push-pull of its contiguous diff
@@ -14,6 +15,9 @@ It attaches to a Solver through its documented hooks only (DESIGN §3):
 - `flush_hook`: before tests, snapshots and the end, every pending layer completes.
 - `clear_param_diffs_hook`: the solver's ClearParamDiffs must not erase a gradient sum
   that a pending layer still needs; such layers are zeroed after their update instead.
+- `action_hook`: a stop or snapshot asked of one worker happens on every worker at one
+  iteration (Note [agreed actions] in poseidon/include/poseidon/action_rounds.h).
+- `sufficient_factor_sink` of each SFB InnerProduct: its backward hands over the factors.
 
 Note [global waits]. With clip_gradients > 0 the global gradient norm needs every
 layer, so `on_gradients_ready` waits for all layers and the update happens at once (no
@@ -489,10 +493,23 @@ class PoseidonSync:
                         f"{what} of worker {self.rank} still running "
                         f"{self.worker_timeout_s:.0f}s after the job ended"
                     )
+        self._detach()
         if self.comm_thread is not None:
             self.comm_thread.shutdown(wait=False)
         if self.timeline is not None:
             self.timeline.close()
+
+    def _detach(self) -> None:
+        """Free the single slots (caffe/training_hooks.py) for whatever attaches next."""
+        if not self.hooks:
+            return
+        self.net.clear_param_diffs_hook = None
+        self.solver.flush_hook = None
+        self.solver.action_hook = None
+        self.solver.update_hook = None
+        for s in self.syncers:
+            if s.collector is not None:
+                self.net.layers[s.index].sufficient_factor_sink = None
 
     def traffic(self) -> dict[int, tuple[int, int]]:
         """Bytes (sent, received) so far per layer index."""

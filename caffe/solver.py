@@ -16,7 +16,8 @@ updates):
     7. apply_update(): lr, clip, normalize, regularize, rule, net update, ++iter
     8. snapshot when iter % snapshot == 0 or an action asks for one; stop if asked
 
-Hooks for distributed training (caffe/parallel.py):
+Hooks for distributed training (caffe/parallel.py; each a single slot that refuses a second
+attacher, caffe/training_hooks.py):
     solver.update_hook(rate)  if set, replaces the per-parameter update and the net update
                               inside apply_update (after clipping, before ++iter), so that a
                               layer's update can run when its gradient arrives
@@ -62,6 +63,7 @@ from caffe.solver_log import cpp_float, log_outputs
 from caffe.solver_nets import build_test_nets, build_train_net, require_train_net
 from caffe.solver_snapshot import SolverSnapshotMixin
 from caffe.timer import Timer
+from caffe.training_hooks import HookSlot
 
 _log = logging.getLogger("caffe")
 
@@ -91,6 +93,10 @@ class Solver(SolverSnapshotMixin):
 
     type_name = ""  # set by @register_solver
     history_sets = 0  # history blobs per learnable parameter (the rule's state)
+    # Single slots of the distributed-training surface (caffe/training_hooks.py).
+    update_hook: HookSlot[Callable[[float], None]] = HookSlot()
+    flush_hook: HookSlot[Callable[[], None]] = HookSlot()
+    action_hook: HookSlot[Callable[[str, bool], str]] = HookSlot()
     # Check every iteration's loss and gradients (caffe/divergence.py). A solver that does no
     # real arithmetic (the experiments' compute replay) turns it off: nothing can diverge,
     # and reading the gradient would cost time its profile does not hold.
@@ -107,9 +113,9 @@ class Solver(SolverSnapshotMixin):
         self._choose_mode(mode)
         self.iter = 0
         self.current_step = 0
-        self.update_hook: Callable[[float], None] | None = None
-        self.flush_hook: Callable[[], None] | None = None
-        self.action_hook: Callable[[str, bool], str] | None = None
+        self.update_hook = None
+        self.flush_hook = None
+        self.action_hook = None
         self.requested_early_exit = False
         self.smoothed_loss = 0.0
         self._losses: list[float] = []

@@ -57,22 +57,24 @@ def sync_layout(net: Any) -> list[SyncLayer]:
     """The layers a syncer moves, in net order (= the comm core's priority order)."""
     owned: dict[int, list[int]] = {}
     shared_owner_layers: set[int] = set()
-    for net_id, (layer_id, _) in enumerate(net._param_layer_indices):
-        owner = net._param_owners[net_id]
+    indices, owners = net.param_layer_indices, net.param_owners
+    learnable_ids, bottoms, names = net.learnable_param_ids, net.bottom_vecs, net.layer_names
+    for net_id, (layer_id, _) in enumerate(indices):
+        owner = owners[net_id]
         if owner < 0:
-            owned.setdefault(layer_id, []).append(net._learnable_param_ids[net_id])
+            owned.setdefault(layer_id, []).append(learnable_ids[net_id])
         else:
-            shared_owner_layers.add(net._param_layer_indices[owner][0])
+            shared_owner_layers.add(indices[owner][0])
     layout = []
     for layer_id, param_ids in sorted(owned.items()):
         if all(net.params_lr[p] == 0 for p in param_ids):
             continue  # frozen: its update is local and zero-step; nothing to agree on
         layer = net.layers[layer_id]
         late = layer_id in shared_owner_layers
-        shape = layer.comm_shape(net._bottom_vecs[layer_id])
+        shape = layer.comm_shape(list(bottoms[layer_id]))
         if late and shape.kind == "FC":
             shape = CommShape("other", shape.m, shape.n, shape.rows)
         start, end = net.layer_param_range[layer_id]
-        layout.append(SyncLayer(layer_id, net._layer_names[layer_id], start, end,
+        layout.append(SyncLayer(layer_id, names[layer_id], start, end,
                                 tuple(param_ids), late, shape))  # fmt: skip
     return layout

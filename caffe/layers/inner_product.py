@@ -22,6 +22,7 @@ from caffe.fillers import fill
 from caffe.layer import Layer, register_layer
 from caffe.sufficient_factors import rebuild_gradients
 from caffe.sync_layout import CommShape
+from caffe.training_hooks import HookSlot
 
 
 @register_layer("InnerProduct")
@@ -29,10 +30,11 @@ class InnerProductLayer(Layer):
     exact_num_bottom = 1
     exact_num_top = 1
 
-    # Set by caffe/parallel.py when this layer is synchronised by sufficient factors:
+    # Set by caffe/parallel.py (a single slot, caffe/training_hooks.py) when this layer is
+    # synchronised by sufficient factors:
     # called with (top diff M×N, bottom data M×K) instead of computing the weight and
     # bias gradients here; every worker rebuilds them from all workers' factors.
-    sufficient_factor_sink: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+    sufficient_factor_sink: HookSlot[Callable[[torch.Tensor, torch.Tensor], None]] = HookSlot()
 
     def setup(self, bottom, top):
         p = self.layer_param.inner_product_param

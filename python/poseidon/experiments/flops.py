@@ -105,11 +105,11 @@ def net_costs(net: Any) -> list[LayerCost]:
 def layer_cost(net: Any, index: int) -> LayerCost:
     """FLOPs and bytes of layer `index` of a built caffe.Net, at its current blob shapes."""
     layer = net.layers[index]
-    bottoms: Sequence[Any] = net._bottom_vecs[index]
-    tops: Sequence[Any] = net._top_vecs[index]
-    bottom_need = list(net._bottom_need_backward[index])
+    bottoms: Sequence[Any] = net.bottom_vecs[index]
+    tops: Sequence[Any] = net.top_vecs[index]
+    bottom_need = list(net.bottom_need_backward[index])
     param_need = list(layer.param_propagate_down)
-    backward = bool(net._layer_need_backward[index]) and (any(bottom_need) or any(param_need))
+    backward = bool(net.layer_need_backward[index]) and (any(bottom_need) or any(param_need))
     if not backward:
         bottom_need = [False] * len(bottom_need)
         param_need = [False] * len(param_need)

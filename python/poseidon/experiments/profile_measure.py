@@ -60,7 +60,7 @@ def build_net(path: str, batch: int | None = None) -> Any:
 
 def net_batch(net: Any) -> int:
     """The first axis of the first top of the first layer without bottoms."""
-    for bottoms, tops in zip(net._bottom_vecs, net._top_vecs):
+    for bottoms, tops in zip(net.bottom_vecs, net.top_vecs):
         if not bottoms and tops and tops[0].shape:
             return int(tops[0].shape[0])
     raise ValueError(f"net {net.name!r} has no data layer")
@@ -117,8 +117,8 @@ def _weight_grad_op(layer: Any, dy: Any, x: Any) -> Callable[[], None]:
 
 def _gemm_samples(net: Any, index: int, iterations: int) -> dict[int, list[float]]:
     layer = net.layers[index]
-    dy = net._top_vecs[index][0].diff_tensor.reshape(layer.M, layer.num_output)
-    x = net._bottom_vecs[index][0].data_tensor.reshape(layer.M, layer.K)
+    dy = net.top_vecs[index][0].diff_tensor.reshape(layer.M, layer.num_output)
+    x = net.bottom_vecs[index][0].data_tensor.reshape(layer.M, layer.K)
     samples: dict[int, list[float]] = {}
     for workers in SFB_WORKERS:
         rows_dy = dy if workers == 1 else dy.repeat(workers, 1)
@@ -169,7 +169,7 @@ def sfb_layers(net: Any) -> list[int]:
         s.index
         for s in sync_layout(net)
         if net.layers[s.index].type == "InnerProduct"
-        and net._layer_need_backward[s.index]
+        and net.layer_need_backward[s.index]
         and net.layers[s.index].param_propagate_down[:1] == [True]
     ]
 
@@ -204,8 +204,9 @@ def describe_layers(net: Any) -> list[LayerProfile]:
 
     synced = {s.index: s for s in sync_layout(net)}
     lr_mults: dict[int, list[float]] = {}
-    for net_id, (layer_id, _) in enumerate(net._param_layer_indices):
-        learnable = net._learnable_param_ids[net_id]
+    learnable_ids = net.learnable_param_ids
+    for net_id, (layer_id, _) in enumerate(net.param_layer_indices):
+        learnable = learnable_ids[net_id]
         lr_mults.setdefault(layer_id, []).append(float(net.params_lr[learnable]))
     layers = []
     for i, layer in enumerate(net.layers):
@@ -216,7 +217,7 @@ def describe_layers(net: Any) -> list[LayerProfile]:
             sync = SyncShape(kind=s.shape.kind, m=s.shape.m, n=s.shape.n, rows=s.shape.rows,
                              floats=s.num_floats, late=s.late, start=s.start)  # fmt: skip
         layers.append(LayerProfile(
-            name=net._layer_names[i], type=layer.type, forward_s=0.0, backward_s=0.0,
+            name=net.layer_names[i], type=layer.type, forward_s=0.0, backward_s=0.0,
             flops_forward=cost.flops_forward, flops_backward=cost.flops_backward,
             bytes=cost.bytes, blobs=[int(b.count) for b in layer.blobs], sync=sync,
             lr_mults=lr_mults.get(i, []),

@@ -41,6 +41,7 @@ from caffe.net_filter import filter_net
 from caffe.proto import caffe_pb2
 from caffe.solvers.sgd import SGDSolver
 from caffe.sync_layout import CommShape
+from caffe.training_hooks import HookSlot
 from poseidon.experiments.clock import device_clock
 from poseidon.experiments.netspec import data_batch
 from poseidon.experiments.profile import Profile, ProfileError, SfbTiming
@@ -127,7 +128,8 @@ def replay_net_param(
 class ReplayLayer(Layer):
     """One profiled layer, replayed (see the module's docstring)."""
 
-    sufficient_factor_sink = None  # set by caffe/parallel.py for SFB layers
+    # Set by caffe/parallel.py for SFB layers, as InnerProduct's (caffe/training_hooks.py).
+    sufficient_factor_sink: HookSlot = HookSlot()
 
     def __init__(self, layer_param: caffe_pb2.LayerParameter | None = None) -> None:
         super().__init__(layer_param)
@@ -248,9 +250,10 @@ def _update_costs(net) -> list[float]:  # type: ignore[no-untyped-def]
     """Seconds charged to each learnable parameter: its owner layer's update_s, split by
     blob size among the parameters that layer owns."""
     owner = [-1] * len(net.learnable_params)
-    for net_id, (layer_id, _) in enumerate(net._param_layer_indices):
-        if net._param_owners[net_id] < 0:
-            owner[net._learnable_param_ids[net_id]] = layer_id
+    owners, learnable_ids = net.param_owners, net.learnable_param_ids
+    for net_id, (layer_id, _) in enumerate(net.param_layer_indices):
+        if owners[net_id] < 0:
+            owner[learnable_ids[net_id]] = layer_id
     sizes: dict[int, int] = {}
     for param_id, layer_id in enumerate(owner):
         sizes[layer_id] = sizes.get(layer_id, 0) + net.learnable_params[param_id].count
