@@ -26,6 +26,12 @@ namespace {
 
 using Kind = TransportError::Kind;
 
+// Connections the kernel completes and queues before accept(2) takes them
+// (capped by net.core.somaxconn). Deep, so that a burst of strangers' connects
+// cannot fill the queue: past it the kernel drops SYNs, and a real peer's
+// connect would wait a whole SYN retransmission (1 s) to get in.
+constexpr int kListenBacklog = 4096;
+
 std::string errno_text(int err) { return std::strerror(err); }
 
 std::string format_sockaddr(const sockaddr_storage& ss) {
@@ -209,6 +215,8 @@ class TcpConnection final : public Connection {
 
   std::string remote_address() const override { return remote_; }
 
+  int readiness_fd() const override { return fd_; }
+
  private:
   const int fd_;
   const std::string remote_;
@@ -279,7 +287,7 @@ class TcpTransport final : public Transport {
         int bytes = static_cast<int>(opt_.socket_buffer_bytes);
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
       }
-      if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
+      if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, kListenBacklog) == 0) {
         sockaddr_storage ss{};
         socklen_t len = sizeof ss;
         getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);

@@ -8,8 +8,6 @@
 // reason naming the remote address, and every round of the real workers must
 // complete with the right sum.
 
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +19,7 @@
 #include "poseidon/frame.h"
 #include "poseidon/handshake.h"
 #include "poseidon/messages.h"
+#include "stderr_capture.h"
 
 using namespace poseidon;
 
@@ -28,33 +27,6 @@ namespace {
 
 constexpr size_t kChunkBytes = 4096;
 constexpr size_t kLayerFloats = 3 * 1024;  // chunks 0, 2 on shard 0; chunk 1 on shard 1
-
-// Captures everything written to fd 2 while alive.
-class StderrCapture {
- public:
-  StderrCapture() {
-    std::fflush(stderr);
-    saved_ = dup(2);
-    file_ = std::tmpfile();
-    dup2(fileno(file_), 2);
-  }
-  std::string finish() {
-    std::fflush(stderr);
-    dup2(saved_, 2);
-    close(saved_);
-    std::rewind(file_);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, file_)) > 0) out.append(buf, n);
-    std::fclose(file_);
-    return out;
-  }
-
- private:
-  int saved_ = -1;
-  std::FILE* file_ = nullptr;
-};
 
 std::vector<uint8_t> header_bytes(FrameHeader h) {
   std::vector<uint8_t> b(kFrameHeaderBytes);
@@ -127,7 +99,7 @@ TEST(server_survives_abuse_without_losing_a_round) {
   o.transport = "tcp";
   o.chunk_bytes = kChunkBytes;
   o.handshake_timeout_ms = 400;
-  StderrCapture capture;
+  ptest::StderrCapture capture;
   ptest::LocalCluster cluster(o);
   std::atomic<int64_t> rounds_done{0};
   std::atomic<bool> abuse_done{false};

@@ -135,7 +135,8 @@ SETTINGS: tuple[Setting, ...] = (
         "POSEIDON_HANDSHAKE_TIMEOUT_MS",
         "ms",
         "5000",
-        "an incoming connection must present the token within this time",
+        "an incoming connection must complete the handshake within this from its accept"
+        " (its first bytes within 1 s, or it is dropped)",
     ),
     Setting("comm_threads", "POSEIDON_COMM_THREADS", "threads", "2", "sender threads per node"),
     Setting(

@@ -69,7 +69,9 @@ struct Config {
   int heartbeat_interval_ms = kDefaultHeartbeatIntervalMs;
   // A node (or the coordinator) silent this long is declared dead.
   int heartbeat_timeout_ms = kDefaultHeartbeatTimeoutMs;
-  // An incoming connection must complete the handshake within this time.
+  // An incoming connection must complete the handshake within this time from
+  // its accept; its first bytes must come sooner (kFirstBytesTimeoutMs,
+  // acceptor.h), or it is dropped.
   int handshake_timeout_ms = kDefaultHandshakeTimeoutMs;
   int comm_threads = kDefaultCommThreads;  // sender threads per node
   // SO_SNDBUF/SO_RCVBUF in bytes; 0 keeps the kernel's autotuning.

@@ -69,6 +69,15 @@ class Connection {
   virtual void shutdown() = 0;
   // Address of the other end: "127.0.0.1:45678", "inproc://name#3".
   virtual std::string remote_address() const = 0;
+  // A descriptor that poll(2) reports ready (POLLIN, POLLHUP or POLLERR) once
+  // bytes, EOF or an error wait on this connection, for a caller that watches
+  // many connections from one thread before reading any (the Acceptor: Note
+  // [silent connections] in acceptor.cc). -1 when the transport has none (the
+  // in-process one, whose connections only this process can open): treat the
+  // connection as ready at once. The descriptor stays the connection's, valid
+  // as long as the object: poll it, never read, write or close it.
+  // Thread-safe, never blocks.
+  virtual int readiness_fd() const { return -1; }
 };
 
 class Listener {
