@@ -99,7 +99,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ++data;
   --size;
   try {
-    switch (selector % 9) {
+    switch (selector % 10) {
       case 0:
         header_case(data, size);
         break;
@@ -126,6 +126,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 8:
         handshake_case(data, size);
+        break;
+      case 9:
+        decode_action(data, size);
         break;
     }
   } catch (const ProtocolError&) {

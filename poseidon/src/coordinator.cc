@@ -13,24 +13,16 @@ int64_t now_ms() {
       .count();
 }
 
-constexpr int kTeardownSendMs = 500;
-constexpr int kTeardownWaitMs = 2000;
 // How long a death seen by the coordinator waits for a report from a node
 // that saw it on the data plane (see Note [death reports]).
 constexpr int64_t kDeathReportGraceMs = 300;
 
-// Peer reasons read "worker 1 (addr): what"; keep only "what".
-std::string strip_name(const std::string& reason, const std::string& name) {
-  const std::string prefix = name + ": ";
-  return reason.rfind(prefix, 0) == 0 ? reason.substr(prefix.size()) : reason;
-}
-
 }  // namespace
 
-Coordinator::Coordinator(const Config& config)
-    : config_(config), actions_(config.num_workers) {
+Coordinator::Coordinator(const Config& config) : config_(config), actions_(config.num_workers) {
   config_.validate();
-  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes, config_.notsent_lowat_bytes});
+  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes,
+                                                                  config_.notsent_lowat_bytes});
   std::unique_ptr<Listener> listener = transport_->listen(config_.coordinator);
   address_ = listener->address();
   self_ = NodeId{Role::kCoordinator, 0, address_};
@@ -304,12 +296,12 @@ void Coordinator::on_frame(Peer& peer, const FrameHeader& h) {
       }
       for (const auto& [type, a] : actions) {
         if (type != FrameType::kActionDecide) continue;
-        log_line("coordinator",
-                 a.iteration < 0
-                     ? std::string(action_name(a.kind)) + " (" + a.reason +
-                           ") dropped: a worker has already finished training"
-                     : "every worker will " + std::string(action_name(a.kind)) +
-                           " at iteration " + std::to_string(a.iteration) + " (" + a.reason + ")");
+        log_line("coordinator", a.iteration < 0
+                                    ? std::string(action_name(a.kind)) + " (" + a.reason +
+                                          ") dropped: a worker has already finished training"
+                                    : "every worker will " + std::string(action_name(a.kind)) +
+                                          " at iteration " + std::to_string(a.iteration) + " (" +
+                                          a.reason + ")");
       }
     }
   }
@@ -329,9 +321,10 @@ void Coordinator::on_closed(Peer& peer, const std::string& reason, bool clean) {
   // they were waiting on. Give them a moment to arrive and prefer them; our
   // own account (the last heartbeat) is the fallback.
   if (!pending_death_) {
-    pending_death_ = Failure{name, name + (clean ? " left before the job finished: " : " died: ") +
-                                       strip_name(reason, name) + " (its last heartbeat reported " +
-                                       describe_progress(it->second.progress) + ")"};
+    pending_death_ =
+        Failure{name, name + (clean ? " left before the job finished: " : " died: ") +
+                          strip_peer_name(reason, name) + " (its last heartbeat reported " +
+                          describe_progress(it->second.progress) + ")"};
     pending_death_deadline_ms_ = now_ms() + kDeathReportGraceMs;
     cv_.notify_all();
   }

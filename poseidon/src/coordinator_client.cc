@@ -16,7 +16,6 @@ int64_t now_ms() {
 }
 
 constexpr int kConnectRetryMs = 100;
-constexpr int kTeardownSendMs = 500;
 
 }  // namespace
 
@@ -156,8 +155,7 @@ std::optional<ActionMessage> CoordinatorClient::vote_locked() {
   return ActionMessage{voted_round_, ActionKind::kNone, boundary_, ""};
 }
 
-std::vector<ActionMessage> CoordinatorClient::reach_boundary(int64_t iteration,
-                                                            Deadline deadline) {
+std::vector<ActionMessage> CoordinatorClient::reach_boundary(int64_t iteration, Deadline deadline) {
   std::optional<ActionMessage> vote;
   std::shared_ptr<Peer> peer;
   std::unique_lock<std::mutex> lock(mu_);
@@ -174,7 +172,8 @@ std::vector<ActionMessage> CoordinatorClient::reach_boundary(int64_t iteration,
   if (voted_round_ > decided_round_ && iteration > voted_boundary_) {
     wait_for(lock, deadline,
              "waiting for the other workers' votes on an action (this worker voted at "
-             "iteration " + std::to_string(voted_boundary_) + ")",
+             "iteration " +
+                 std::to_string(voted_boundary_) + ")",
              [&] { return decided_round_ >= voted_round_; });
   }
   std::vector<ActionMessage> out;

@@ -8,8 +8,6 @@
 namespace poseidon {
 namespace {
 
-constexpr int kTeardownSendMs = 500;
-constexpr int kTeardownWaitMs = 2000;
 // Non-first pushes are read and added in pieces of this many floats (256 KiB):
 // small enough for the piece to stay in cache between the read and the add.
 constexpr size_t kBounceFloats = size_t{64} << 10;
@@ -19,7 +17,8 @@ constexpr size_t kBounceFloats = size_t{64} << 10;
 KVServer::KVServer(const Config& config) : config_(config) {
   config_.validate();
   if (config_.role != Role::kServer) throw ConfigError("KVServer needs role=server");
-  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes, config_.notsent_lowat_bytes});
+  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes,
+                                                                  config_.notsent_lowat_bytes});
   std::unique_ptr<Listener> listener = transport_->listen(config_.listen);
   address_ = listener->address();
   self_ = NodeId{Role::kServer, config_.rank, address_};

@@ -68,25 +68,14 @@ Handle KVWorker::push_pull(uint32_t layer_id, int64_t iteration) {
   std::shared_ptr<OpState> op;
   {
     std::lock_guard<std::mutex> lock(layer->mu);
-    if (layer->op && !layer->op->finished()) {
-      throw ConfigError(plane_.self.str() + ": " + what + " while iteration " +
-                        std::to_string(layer->op->iteration()) +
-                        " is still in flight (wait for its handle first)");
-    }
-    if (layer->any && iteration != layer->last_iteration + 1) {
-      throw ConfigError(plane_.self.str() + ": " + what + " follows iteration " +
-                        std::to_string(layer->last_iteration) +
-                        ": a layer's iterations must be consecutive");
-    }
+    layer->ops.check_next(plane_.self.str(), what, iteration);
     std::vector<std::string> sources(lp.num_chunks);
     for (uint32_t c = 0; c < lp.num_chunks; ++c) {
       sources[c] = plane_.servers[static_cast<size_t>(plan.shard_of(lp, c))]->remote().str();
     }
     op = std::make_shared<OpState>(what, layer_id, iteration, "chunks", std::move(sources),
                                    lp.num_chunks, plane_.abort, plane_.self.str());
-    layer->op = op;
-    layer->any = true;
-    layer->last_iteration = iteration;
+    layer->ops.start(op, iteration);
   }
   plane_.coord->set_progress(iteration, layer_id);
   for (uint32_t c = 0; c < lp.num_chunks; ++c) {
@@ -102,24 +91,10 @@ Handle KVWorker::push_pull(uint32_t layer_id, int64_t iteration) {
     job.order = push_order(lp, c, plan.num_servers, plane_.self.rank, in_place);
     job.payload = in_place ? nullptr : layer->data + lp.chunk_offset(c);
     job.bytes = in_place ? 0 : len * 4;
-    LayerCounters* counters = layer->counters;
-    std::shared_ptr<AbortSignal> abort = plane_.abort;
-    const std::string to = job.peer->remote().str();
-    job.on_start = [raw = op.get()] { raw->send_started(); };  // `done` keeps op alive
     // The counters count a chunk summed in place as sent and received too:
     // they measure what each exchange moves, wherever the shard runs.
-    job.done = [op, counters, abort, to, what, c, bytes = len * 4](const SendOutcome& out) {
-      if (!out.ok()) {
-        // A lost connection is reported by its reader (see SendOutcome).
-        if (!out.connection_lost) {
-          abort->trip(Failure{to, what + ": sending chunk " + std::to_string(c) + " to " + to +
-                                      " failed: " + out.error});
-        }
-        return;
-      }
-      counters->bytes_sent += bytes;
-      op->send_done();
-    };
+    report_send(job, op, layer->counters, len * 4, plane_.abort, what,
+                "chunk " + std::to_string(c));
     plane_.queue->push(std::move(job));
   }
   return Handle(op);
@@ -141,7 +116,7 @@ void KVWorker::on_reply(Peer& from, const FrameHeader& h) {
   std::shared_ptr<OpState> op;
   {
     std::lock_guard<std::mutex> lock(layer->mu);
-    op = layer->op;
+    op = layer->ops.op();
   }
   if (!op || op->iteration() != h.iteration || op->finished()) {
     throw ProtocolError(reply + ": no push of that iteration is pending (last push_pull: " +
@@ -176,7 +151,7 @@ void KVWorker::fail_all(const Failure& failure) {
   std::shared_lock<std::shared_mutex> lock(map_mu_);
   for (auto& [id, layer] : layers_) {
     std::lock_guard<std::mutex> l(layer->mu);
-    if (layer->op) layer->op->fail(failure);
+    if (layer->ops.op()) layer->ops.op()->fail(failure);
   }
 }
 
@@ -185,9 +160,8 @@ std::string KVWorker::pending() const {
   std::string out;
   for (auto& [id, layer] : layers_) {
     std::lock_guard<std::mutex> l(layer->mu);
-    if (layer->op && !layer->op->finished()) {
-      out += (out.empty() ? "" : "; ") + layer->op->what();
-    }
+    const std::shared_ptr<OpState>& op = layer->ops.op();
+    if (op && !op->finished()) out += (out.empty() ? "" : "; ") + op->what();
   }
   return out;
 }

@@ -100,14 +100,7 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
   const float* own = nullptr;
   {
     std::lock_guard<std::mutex> lock(layer->mu);
-    if (layer->op && !layer->op->finished()) {
-      throw ConfigError(me + ": " + what + " while iteration " +
-                        std::to_string(layer->op->iteration()) + " is still in flight");
-    }
-    if (layer->any && iteration != layer->current + 1) {
-      throw ConfigError(me + ": " + what + " follows iteration " + std::to_string(layer->current) +
-                        ": a layer's iterations must be consecutive");
-    }
+    layer->ops.check_next(me, what, iteration);
     Slot& slot = slot_for(*layer, iteration);
     if (!slot.used || slot.iteration != iteration) reset_slot(slot, iteration);
     // Our own factor is copied into our slot and sent from there, so the
@@ -125,9 +118,7 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
     for (size_t r = 0; r < p1; ++r) {
       if (rank_complete(slot, r)) op->piece_done(r);
     }
-    layer->op = op;
-    layer->any = true;
-    layer->current = iteration;
+    layer->ops.start(op, iteration);
   }
   plane_.coord->set_progress(iteration, layer_id);
   // Note [factor order]: peers in turn from rank+1 (mod P1), not from 0: frames of equal
@@ -148,22 +139,7 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
       job.order = c;
       job.payload = own + plane_.plan.chunk_offset(c);
       job.bytes = plane_.plan.chunk_length(num_floats, c) * 4;
-      LayerCounters* counters = layer->counters;
-      std::shared_ptr<AbortSignal> abort = plane_.abort;
-      const std::string to = job.peer->remote().str();
-      job.on_start = [raw = op.get()] { raw->send_started(); };  // `done` keeps op alive
-      job.done = [op, counters, abort, to, what, bytes = job.bytes](const SendOutcome& out) {
-        if (!out.ok()) {
-          // A lost connection is reported by its reader (see SendOutcome).
-          if (!out.connection_lost) {
-            abort->trip(
-                Failure{to, what + ": sending the factor to " + to + " failed: " + out.error});
-          }
-          return;
-        }
-        counters->bytes_sent += bytes;
-        op->send_done();
-      };
+      report_send(job, op, layer->counters, job.bytes, plane_.abort, what, "the factor");
       plane_.queue->push(std::move(job));
     }
   }
@@ -203,9 +179,10 @@ void SFBroadcaster::on_factor(Peer& from, const FrameHeader& h) {
   Slot* slot = nullptr;
   {
     std::lock_guard<std::mutex> lock(layer->mu);
-    if (layer->any && h.iteration != layer->current && h.iteration != layer->current + 1) {
+    const int64_t current = layer->ops.last_iteration();
+    if (layer->ops.started() && h.iteration != current && h.iteration != current + 1) {
       throw ProtocolError(what + ": iteration mismatch: this worker is at iteration " +
-                          std::to_string(layer->current));
+                          std::to_string(current));
     }
     slot = &slot_for(*layer, h.iteration);
     if (!slot->used || slot->iteration != h.iteration) {
@@ -251,8 +228,9 @@ void SFBroadcaster::on_factor(Peer& from, const FrameHeader& h) {
   layer->counters->bytes_received += len * 4;
   std::lock_guard<std::mutex> lock(layer->mu);
   --slot->inflight;
-  if (--slot->chunks_left[j] == 0 && layer->op && layer->op->iteration() == h.iteration) {
-    layer->op->piece_done(j);
+  const std::shared_ptr<OpState>& op = layer->ops.op();
+  if (--slot->chunks_left[j] == 0 && op && op->iteration() == h.iteration) {
+    op->piece_done(j);
   }
 }
 
@@ -260,7 +238,7 @@ void SFBroadcaster::fail_all(const Failure& failure) {
   std::shared_lock<std::shared_mutex> lock(map_mu_);
   for (auto& [id, layer] : layers_) {
     std::lock_guard<std::mutex> l(layer->mu);
-    if (layer->op) layer->op->fail(failure);
+    if (layer->ops.op()) layer->ops.op()->fail(failure);
   }
 }
 
@@ -269,9 +247,8 @@ std::string SFBroadcaster::pending() const {
   std::string out;
   for (auto& [id, layer] : layers_) {
     std::lock_guard<std::mutex> l(layer->mu);
-    if (layer->op && !layer->op->finished()) {
-      out += (out.empty() ? "" : "; ") + layer->op->what();
-    }
+    const std::shared_ptr<OpState>& op = layer->ops.op();
+    if (op && !op->finished()) out += (out.empty() ? "" : "; ") + op->what();
   }
   return out;
 }

@@ -5,22 +5,12 @@
 #include "poseidon/log.h"
 
 namespace poseidon {
-namespace {
-
-constexpr int kTeardownSendMs = 500;
-constexpr int kTeardownWaitMs = 2000;
-
-std::string strip_name(const std::string& reason, const std::string& name) {
-  const std::string prefix = name + ": ";
-  return reason.rfind(prefix, 0) == 0 ? reason.substr(prefix.size()) : reason;
-}
-
-}  // namespace
 
 Worker::Worker(const Config& config) : config_(config) {
   config_.validate();
   if (config_.role != Role::kWorker) throw ConfigError("Worker needs role=worker");
-  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes, config_.notsent_lowat_bytes});
+  transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes,
+                                                                  config_.notsent_lowat_bytes});
   std::unique_ptr<Listener> listener = transport_->listen(config_.listen);
   self_ = NodeId{Role::kWorker, config_.rank, listener->address()};
   abort_ = std::make_shared<AbortSignal>();
@@ -69,24 +59,28 @@ std::string Worker::admit(const NodeId& id) {
   return "";
 }
 
-std::shared_ptr<Peer> Worker::make_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
-  return std::make_shared<Peer>(std::move(conn), self_, id,
-                                Peer::Options{config_.max_frame_bytes, config_.timeout_ms});
-}
-
-void Worker::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
-  std::shared_ptr<Peer> peer = make_peer(std::move(conn), id);
+bool Worker::adopt(std::unique_ptr<Connection> conn, const NodeId& id,
+                   const std::function<void()>& also) {
+  auto peer = std::make_shared<Peer>(std::move(conn), self_, id,
+                                     Peer::Options{config_.max_frame_bytes, config_.timeout_ms});
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& slot = plane_.workers[static_cast<size_t>(id.rank)];
-    if (slot || closed_) return;  // a duplicate loses; dropping it closes it
+    auto& slot =
+        (id.role == Role::kServer ? plane_.servers : plane_.workers)[static_cast<size_t>(id.rank)];
+    if (slot || closed_) return false;  // a duplicate loses; dropping it closes it
     slot = peer;
     all_peers_.push_back(peer);
+    if (also) also();
   }
   cv_.notify_all();
   if (config_.verbose) log_line(self_.str(), "connected to " + id.str());
   peer->start([this](Peer& p, const FrameHeader& h) { on_frame(p, h); },
               [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
+  return true;
+}
+
+void Worker::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
+  adopt(std::move(conn), id);
 }
 
 void Worker::connect() {
@@ -108,14 +102,10 @@ void Worker::connect() {
                             role_name(role) + " " + std::to_string(rank));
       }
       id.address = address;
-      std::shared_ptr<Peer> peer = make_peer(std::move(conn), id);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        (role == Role::kServer ? plane_.servers : plane_.workers)[static_cast<size_t>(rank)] = peer;
-        all_peers_.push_back(peer);
+      if (!adopt(std::move(conn), id)) {
+        throw ProtocolError(self_.str() + ": cannot add " + id.str() +
+                            ": already connected, or this worker is closing");
       }
-      peer->start([this](Peer& p, const FrameHeader& h) { on_frame(p, h); },
-                  [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
     };
     if (!config_.local_server.empty()) {
       // The shard in our own process: same handshake, in-process transport.
@@ -127,17 +117,12 @@ void Worker::connect() {
                             ", not a server shard of this cluster");
       }
       id.address = book_.servers[static_cast<size_t>(id.rank)];
-      std::shared_ptr<Peer> peer = make_peer(std::move(conn), id);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        plane_.servers[static_cast<size_t>(id.rank)] = peer;
-        all_peers_.push_back(peer);
+      const int shard = id.rank;
+      adopt(std::move(conn), id, [&] {
         // Its ranges are summed in place (kv_server.h, Note [in-place rounds]).
         plane_.local_link = ColocatedLink::find(config_.local_server);
-        if (plane_.local_link) plane_.local_shard = id.rank;
-      }
-      peer->start([this](Peer& p, const FrameHeader& h) { on_frame(p, h); },
-                  [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
+        if (plane_.local_link) plane_.local_shard = shard;
+      });
     }
     for (int s = 0; s < config_.num_servers; ++s) {
       bool have = false;
@@ -322,7 +307,7 @@ void Worker::on_closed(Peer& peer, const std::string& reason, bool clean) {
   if (clean || abort_->tripped()) return;
   const std::string name = peer.remote().str();
   abort_->trip(Failure{name, name + " is gone (seen by " + self_.str() +
-                                 "): " + strip_name(reason, name) + pending()});
+                                 "): " + strip_peer_name(reason, name) + pending()});
 }
 
 void Worker::on_abort(const Failure& f) {

@@ -24,8 +24,8 @@ ActionMessage only(const ActionRounds::Broadcast& b, FrameType type) {
 
 TEST(a_round_decides_the_largest_vote) {
   ActionRounds rounds(3);
-  const ActionMessage propose =
-      only(rounds.request(1, ActionKind::kStop, 7, "SIGINT on worker 1"), FrameType::kActionPropose);
+  const ActionMessage propose = only(rounds.request(1, ActionKind::kStop, 7, "SIGINT on worker 1"),
+                                     FrameType::kActionPropose);
   CHECK_EQ(propose.round, uint64_t{1});
   CHECK(propose.kind == ActionKind::kStop);
   CHECK_EQ(propose.reason, std::string("SIGINT on worker 1"));
@@ -48,7 +48,8 @@ TEST(a_round_decides_the_largest_vote) {
 
 TEST(a_stop_asked_during_a_snapshot_round_opens_the_next) {
   ActionRounds rounds(2);
-  only(rounds.request(0, ActionKind::kSnapshot, 4, "SIGHUP on worker 0"), FrameType::kActionPropose);
+  only(rounds.request(0, ActionKind::kSnapshot, 4, "SIGHUP on worker 0"),
+       FrameType::kActionPropose);
   CHECK(rounds.request(1, ActionKind::kSnapshot, 4, "again").empty());
   CHECK(rounds.request(1, ActionKind::kStop, 7, "SIGINT on worker 1").empty());
   CHECK(rounds.vote(0, 1, 4).empty());

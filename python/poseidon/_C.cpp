@@ -391,8 +391,8 @@ PYBIND11_MODULE(_C, m) {
             std::vector<ActionMessage> decisions;
             {
               py::gil_scoped_release release;
-              decisions =
-                  w.worker->reach_boundary(iteration, timeout_or(timeout_ms, w.worker->timeout_ms()));
+              decisions = w.worker->reach_boundary(iteration,
+                                                   timeout_or(timeout_ms, w.worker->timeout_ms()));
             }
             py::list out;
             for (const ActionMessage& d : decisions) {

@@ -45,19 +45,19 @@ enum class FrameType : uint16_t {
   kBarrier = 13,
   kBarrierRelease = 14,
   kHeartbeat = 15,
-  kFailure = 16,    // node -> coordinator: this node failed; payload: Failure
-  kAbort = 17,      // coordinator/node -> node: the job is aborted; payload: Failure
-  kShutdown = 18,   // worker -> coordinator: done; coordinator -> all: exit
-  kGoodbye = 19,    // the sender closes this connection on purpose
-  // An action every worker takes at one agreed iteration (coordinator.h, Note
-  // [agreed actions]); payload: ActionMessage.
+  kFailure = 16,   // node -> coordinator: this node failed; payload: Failure
+  kAbort = 17,     // coordinator/node -> node: the job is aborted; payload: Failure
+  kShutdown = 18,  // worker -> coordinator: done; coordinator -> all: exit
+  kGoodbye = 19,   // the sender closes this connection on purpose
+  // An action every worker takes at one agreed iteration (action_rounds.h,
+  // Note [agreed actions]); payload: ActionMessage.
   kActionRequest = 20,  // worker -> coordinator: stop or snapshot, please
   kActionPropose = 21,  // coordinator -> workers: say where you are
   kActionVote = 22,     // worker -> coordinator: my iteration
   kActionDecide = 23,   // coordinator -> workers: act at this iteration (or not at all)
-  kPush = 30,       // worker -> server: chunk of a gradient
-  kPullReply = 31,  // server -> worker: sum of a chunk over all workers
-  kFactor = 32,     // worker -> worker: chunk of a sufficient factor
+  kPush = 30,           // worker -> server: chunk of a gradient
+  kPullReply = 31,      // server -> worker: sum of a chunk over all workers
+  kFactor = 32,         // worker -> worker: chunk of a sufficient factor
   // In-process only (kv_server.h, Note [in-place rounds]): a worker tells the
   // shard running in its own process that a chunk is ready in the range it
   // lent (no payload), and the shard tells it that the range holds the sum.

@@ -25,6 +25,7 @@
 
 #include "poseidon/data_plane.h"
 #include "poseidon/handle.h"
+#include "poseidon/layer_ops.h"
 
 namespace poseidon {
 
@@ -59,9 +60,7 @@ class KVWorker {
     float* data = nullptr;
     LayerCounters* counters = nullptr;
     std::mutex mu;
-    bool any = false;
-    int64_t last_iteration = 0;
-    std::shared_ptr<OpState> op;
+    LayerOps ops;  // guarded by mu
   };
   Layer* find(uint32_t layer_id) const;
 

@@ -24,6 +24,20 @@
 
 namespace poseidon {
 
+// How long a node that ends (normally or on abort) spends on its last words:
+// one frame (ABORT, SHUTDOWN, GOODBYE) to each peer, then waiting for the
+// peers to close their side, so that no unread byte turns our close into a
+// reset. Every node (coordinator, shard, worker) uses the same two.
+inline constexpr int kTeardownSendMs = 500;
+inline constexpr int kTeardownWaitMs = 2000;
+
+// A peer's close reasons read "worker 1 (addr): what"; this keeps only "what"
+// (for messages that name the peer themselves).
+inline std::string strip_peer_name(const std::string& reason, const std::string& name) {
+  const std::string prefix = name + ": ";
+  return reason.rfind(prefix, 0) == 0 ? reason.substr(prefix.size()) : reason;
+}
+
 class Peer {
  public:
   struct Options {

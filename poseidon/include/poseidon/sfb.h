@@ -24,6 +24,7 @@
 
 #include "poseidon/data_plane.h"
 #include "poseidon/handle.h"
+#include "poseidon/layer_ops.h"
 
 namespace poseidon {
 
@@ -72,10 +73,8 @@ class SFBroadcaster {
     uint32_t max_chunks = 0;
     LayerCounters* counters = nullptr;
     mutable std::mutex mu;
-    bool any = false;
-    int64_t current = 0;  // last iteration this worker started
+    LayerOps ops;  // guarded by mu
     Slot slots[2];
-    std::shared_ptr<OpState> op;
   };
   Layer* find(uint32_t layer_id) const;
   Layer* wait_registered(uint32_t layer_id, const std::string& what);

@@ -20,6 +20,7 @@
 // and this worker's own layer and iteration.
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -124,7 +125,11 @@ class Worker {
   enum class State { kNew, kConnected, kPlanned, kShutDown };
   std::string admit(const NodeId& id);
   void on_peer(std::unique_ptr<Connection> conn, const NodeId& id);
-  std::shared_ptr<Peer> make_peer(std::unique_ptr<Connection> conn, const NodeId& id);
+  // Wraps a handshaken connection to `id` in a Peer, puts it in its data-plane
+  // slot (running `also` under the same lock) and starts its reader; false
+  // (the connection dropped) if the slot is taken or the worker closed.
+  bool adopt(std::unique_ptr<Connection> conn, const NodeId& id,
+             const std::function<void()>& also = nullptr);
   void on_frame(Peer& peer, const FrameHeader& h);
   void on_closed(Peer& peer, const std::string& reason, bool clean);
   void on_abort(const Failure& f);
