@@ -335,15 +335,22 @@ void Coordinator::monitor_once() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = now_ms();
-    // Every node silent at once is named, workers first: a frozen process holds a
-    // worker and its colocated shard, and the worker is the one its user knows.
+    // Once one node is past the timeout, every node nearly as silent is named with it,
+    // workers first: a frozen process holds a worker and its colocated shard, whose
+    // heartbeats stopped within an interval of each other, and the worker is the one
+    // its user knows. (A live node is never silent for more than about an interval.)
+    const int64_t nearly = std::max<int64_t>(
+        config_.heartbeat_timeout_ms / 2,
+        config_.heartbeat_timeout_ms - 2 * int64_t{config_.heartbeat_interval_ms});
     std::vector<const Member*> silent;
+    bool past = false;
     for (const auto& [k, m] : members_) {
-      if (now - m.last_seen_ms > config_.heartbeat_timeout_ms) silent.push_back(&m);
+      past = past || now - m.last_seen_ms > config_.heartbeat_timeout_ms;
+      if (now - m.last_seen_ms > nearly) silent.push_back(&m);
     }
     std::stable_partition(silent.begin(), silent.end(),
                           [](const Member* m) { return m->id.role == Role::kWorker; });
-    if (!silent.empty()) {
+    if (past) {
       std::string reason;
       for (const Member* m : silent) {
         reason += (reason.empty() ? "" : "; ") + m->id.str() + " missed heartbeats for " +

@@ -186,7 +186,12 @@ class Launcher:
         self._verdict_at = time.monotonic()
         origin = ABORT_ORIGIN.search(line)
         if origin:
-            self._abort_origin = f"{origin.group(1)} {origin.group(2)}"
+            role, rank = origin.group(1), int(origin.group(2))
+            self._abort_origin = f"{role} {rank}"
+            if role == "server" and self.spec.colocate and rank < self.spec.num_workers:
+                # Its process is worker `rank`'s: that is the process that died or froze.
+                self._verdict += f" [shard {rank} ran inside worker {rank}'s process]"
+                self._abort_origin = f"worker {rank}"
 
     def _start_pump(self, child: Child, first_line: list[str] | None = None) -> None:
         child.pump = threading.Thread(target=self._pump, args=(child, first_line), daemon=True)

@@ -109,5 +109,5 @@ def test_no_graph_without_training_and_a_clear_error_for_backward():
     layer, bottom, top = make(tops=1)
     with torch.no_grad():
         layer.run_forward(bottom, top)
-    with pytest.raises(CaffeError, match="scaled_tanh.*backward called without a recorded"):
+    with pytest.raises(CaffeError, match=r"scaled_tanh.*backward called without a recorded"):
         layer.run_backward(top, [True], bottom)
