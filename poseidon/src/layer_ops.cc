@@ -6,8 +6,7 @@
 
 namespace poseidon {
 
-void LayerOps::check_next(const std::string& me, const std::string& what,
-                          int64_t iteration) const {
+void LayerOps::check_next(const std::string& me, const std::string& what, int64_t iteration) const {
   if (op_ && !op_->finished()) {
     throw ConfigError(me + ": " + what + " while iteration " + std::to_string(op_->iteration()) +
                       " is still in flight (wait for its handle first)");
@@ -25,16 +24,16 @@ void LayerOps::start(std::shared_ptr<OpState> op, int64_t iteration) {
 }
 
 void report_send(SendJob& job, const std::shared_ptr<OpState>& op, LayerCounters* counters,
-                 size_t counted_bytes, std::shared_ptr<AbortSignal> abort,
-                 const std::string& what, const std::string& piece) {
+                 size_t counted_bytes, std::shared_ptr<AbortSignal> abort, const std::string& what,
+                 const std::string& piece) {
   const std::string to = job.peer->remote().str();
   job.on_start = [raw = op.get()] { raw->send_started(); };  // `done` keeps op alive
   job.done = [op, counters, abort = std::move(abort), to, what, piece,
               counted_bytes](const SendOutcome& out) {
     if (!out.ok()) {
       if (!out.connection_lost) {
-        abort->trip(Failure{to, what + ": sending " + piece + " to " + to + " failed: " +
-                                    out.error});
+        abort->trip(
+            Failure{to, what + ": sending " + piece + " to " + to + " failed: " + out.error});
       }
       return;
     }

@@ -162,6 +162,7 @@ def test_update_hook_replaces_the_per_param_update_and_net_update(tmp_path):
     for a, b in zip(weights(plain.net), weights(hooked.net)):
         np.testing.assert_array_equal(a, b)
     # A hook that updates nothing leaves the weights alone; iter still counts.
+    hooked.update_hook = None  # a single slot: detach before attaching another
     hooked.update_hook = lambda rate: None
     before = weights(hooked.net)
     hooked.step(2)

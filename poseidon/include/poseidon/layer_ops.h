@@ -46,7 +46,7 @@ class LayerOps {
 // last words; see SendOutcome). `done` keeps the op alive until the frame is
 // gone.
 void report_send(SendJob& job, const std::shared_ptr<OpState>& op, LayerCounters* counters,
-                 size_t counted_bytes, std::shared_ptr<AbortSignal> abort,
-                 const std::string& what, const std::string& piece);
+                 size_t counted_bytes, std::shared_ptr<AbortSignal> abort, const std::string& what,
+                 const std::string& piece);
 
 }  // namespace poseidon
