@@ -38,3 +38,15 @@ def _seed_and_cpu():
     caffe.set_mode_cpu()
     caffe.set_random_seed(1701)
     yield
+
+
+@pytest.fixture(scope="session")
+def zoo_data_root(tmp_path_factory):
+    """A directory holding every LMDB and mean file the zoo's train_val nets name (two
+    stand-in records each: tests/models/zoo.py)."""
+    from tests.models.zoo import ZOO, read_net, write_stand_in_data
+
+    root = tmp_path_factory.mktemp("zoo_data")
+    for model in ZOO:
+        write_stand_in_data(root, model, read_net(model.name))
+    return root

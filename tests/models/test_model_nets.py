@@ -9,26 +9,15 @@ import caffe
 from caffe.proto import caffe_pb2
 from tests.models.zoo import (
     MODEL_NAMES,
-    ZOO,
     ZOO_BY_NAME,
     layers_of,
     read_net,
     require_registered,
-    write_stand_in_data,
 )
 
 CLASSES = {
     name: 10 if name in ("lenet", "cifar10_quick", "cifar10_full") else 1000 for name in MODEL_NAMES
 } | {"vgg19_22k": 21841}
-
-
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    """A directory holding every LMDB and mean file the zoo's train_val nets name."""
-    root = tmp_path_factory.mktemp("zoo_data")
-    for model in ZOO:
-        write_stand_in_data(root, model, read_net(model.name))
-    return root
 
 
 def build(param: caffe_pb2.NetParameter, phase: int) -> caffe.Net:
@@ -45,10 +34,10 @@ def score_blob(net: caffe.Net, deploy: bool) -> str:
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
-def test_train_val_builds_in_train_and_test(name, data_root, monkeypatch):
+def test_train_val_builds_in_train_and_test(name, zoo_data_root, monkeypatch):
     param = read_net(name)
     require_registered(param)
-    monkeypatch.chdir(data_root)  # the LMDB paths are relative, as in Caffe's examples
+    monkeypatch.chdir(zoo_data_root)  # the LMDB paths are relative, as in Caffe's examples
     # Small batches: the architecture is under test, not the batch size.
     for layer in layers_of(param, "Data"):
         layer.data_param.batch_size = 2

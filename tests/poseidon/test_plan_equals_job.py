@@ -25,7 +25,7 @@ from poseidon import _C
 from poseidon.cli import main
 from poseidon.plan import format_plan, layer_specs, scheme_choice
 from poseidon.plan_net import plan_net
-from tests.models.zoo import MODEL_NAMES, ZOO, ZOO_BY_NAME, read_net, write_stand_in_data
+from tests.models.zoo import MODEL_NAMES, ZOO_BY_NAME, read_net
 
 WORKERS, SERVERS = 8, 4
 
@@ -154,19 +154,10 @@ def test_the_job_declares_layer_specs_of_its_layout(tmp_path):
 
 
 # ----- the zoo -------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    """The LMDBs and mean files every zoo train_val names (two stand-in records each)."""
-    root = tmp_path_factory.mktemp("zoo_data")
-    for model in ZOO:
-        write_stand_in_data(root, model, read_net(model.name))
-    return root
-
-
 @pytest.mark.parametrize("name", MODEL_NAMES)
-def test_zoo_plan_is_the_jobs(name, data_root, tmp_path, monkeypatch, capsys):
+def test_zoo_plan_is_the_jobs(name, zoo_data_root, tmp_path, monkeypatch, capsys):
     chw = ZOO_BY_NAME[name].input_chw
-    monkeypatch.chdir(data_root)  # the LMDB paths are relative, as in Caffe's examples
+    monkeypatch.chdir(zoo_data_root)  # the LMDB paths are relative, as in Caffe's examples
     # The zoo's solver with a batch of 2 (the architecture is under test, not the batch).
     param = read_net(name)
     for layer in param.layer:

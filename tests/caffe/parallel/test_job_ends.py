@@ -84,6 +84,17 @@ def weights(path: str) -> dict[str, np.ndarray]:
             for layer in net.layers for i, blob in enumerate(layer.blobs)}  # fmt: skip
 
 
+def start_training(tmp_path, name: str, until: int, env: tuple[str, ...] = ()):
+    """A 2-worker job that would train for a very long time, past iteration `until`;
+    returns the launcher, its output queue and the lines seen so far."""
+    solver = write_case(str(tmp_path), name, 10_000_000)
+    launcher, lines = start([*env, *LAUNCH, "--", *CAFFE, "train", "--solver", solver],
+                            str(tmp_path))  # fmt: skip
+    seen: list[str] = []
+    wait_for(lines, rf"\[worker 0\] I.* Iteration {until} \(", seen)
+    return launcher, lines, seen
+
+
 def stop_iteration(output: str, rank: int) -> int:
     found = re.findall(rf"\[worker {rank}\] I.* every worker will stop at iteration (\d+)", output)
     assert len(found) == 1, output[-3000:]
@@ -92,10 +103,7 @@ def stop_iteration(output: str, rank: int) -> int:
 
 def test_ctrl_c_stops_at_one_iteration_and_the_snapshot_resumes_exactly(tmp_path):
     directory = str(tmp_path)
-    solver = write_case(directory, "interrupted", 10_000_000)
-    launcher, lines = start([*LAUNCH, "--", *CAFFE, "train", "--solver", solver], directory)
-    seen: list[str] = []
-    wait_for(lines, r"\[worker 0\] I.* Iteration 30 \(", seen)
+    launcher, lines, seen = start_training(tmp_path, "interrupted", 30)
     tree = descendants(launcher.pid)
     launcher.send_signal(signal.SIGINT)
     assert ended(launcher, lines, seen) == 130
@@ -127,11 +135,7 @@ def test_ctrl_c_stops_at_one_iteration_and_the_snapshot_resumes_exactly(tmp_path
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_to_the_launcher_stop_like_ctrl_c(tmp_path, sig):
-    directory = str(tmp_path)
-    solver = write_case(directory, "job", 10_000_000)
-    launcher, lines = start([*LAUNCH, "--", *CAFFE, "train", "--solver", solver], directory)
-    seen: list[str] = []
-    wait_for(lines, r"\[worker 0\] I.* Iteration 10 \(", seen)
+    launcher, lines, seen = start_training(tmp_path, "job", 10)
     launcher.send_signal(sig)
     assert ended(launcher, lines, seen) == 128 + sig
     output = drain(lines, seen)
@@ -142,11 +146,7 @@ def test_sigterm_and_sighup_to_the_launcher_stop_like_ctrl_c(tmp_path, sig):
 
 
 def test_a_killed_launcher_takes_its_whole_job_with_it(tmp_path):
-    directory = str(tmp_path)
-    solver = write_case(directory, "orphan", 10_000_000)
-    launcher, lines = start([*LAUNCH, "--", *CAFFE, "train", "--solver", solver], directory)
-    seen: list[str] = []
-    wait_for(lines, r"\[worker 0\] I.* Iteration 10 \(", seen)
+    launcher, _lines, _seen = start_training(tmp_path, "orphan", 10)
     tree = descendants(launcher.pid)
     lines_of = [command_line(pid) for pid in tree]
     supervisors = [line for line in lines_of if "poseidon.supervise" in line]
@@ -163,14 +163,10 @@ def test_a_killed_launcher_takes_its_whole_job_with_it(tmp_path):
 
 
 def test_a_frozen_worker_ends_the_job_promptly_and_is_named_last(tmp_path):
-    directory = str(tmp_path)
-    solver = write_case(directory, "frozen", 10_000_000)
-    env_command = ["env", "POSEIDON_HEARTBEAT_TIMEOUT_MS=2000"]
-    launcher, lines = start([*env_command, *LAUNCH, "--", *CAFFE, "train", "--solver", solver],
-                            directory)  # fmt: skip
-    seen: list[str] = []
-    supervisor = int(wait_for(lines, r"started worker 1 \(pid (\d+)\)", seen).group(1))
-    wait_for(lines, r"\[worker 0\] I.* Iteration 10 \(", seen)
+    env = ("env", "POSEIDON_HEARTBEAT_TIMEOUT_MS=2000")
+    launcher, lines, seen = start_training(tmp_path, "frozen", 10, env)
+    started = next(x for x in seen if "started worker 1 (pid" in x)
+    supervisor = int(re.search(r"\(pid (\d+)\)", started).group(1))
     frozen = [pid for pid in descendants(supervisor) if "caffe.tools" in command_line(pid)]
     assert len(frozen) == 1
     os.kill(frozen[0], signal.SIGSTOP)
