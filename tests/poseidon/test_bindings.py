@@ -123,6 +123,9 @@ def test_cpp_errors_become_python_exceptions() -> None:
             g = np.zeros(8, dtype=np.float32)
             w.register_layer(3, g)
             w.push_pull(3, 0).wait()
+            # Both have their round-0 sums before worker 1 aborts (else worker 0's round 0
+            # may meet the abort first, which is right, but not what this test checks).
+            w.barrier("round 0 done")
             if rank == 1:
                 w.abort("out of memory in fc7")
                 return
