@@ -20,6 +20,7 @@ from caffe.common import (
     solver_count,
     solver_rank,
 )
+from caffe.data_threads import set_data_threads
 from caffe.layer import Layer, layer_type_list
 from caffe.log import init_log, log
 from caffe.net import Net
@@ -74,6 +75,7 @@ __all__ = [
     "set_mode_cpu",
     "set_mode_gpu",
     "set_multiprocess",
+    "set_data_threads",
     "set_random_seed",
     "set_solver_count",
     "set_solver_rank",

@@ -7,6 +7,8 @@ memory with the blob (a host mirror on CUDA, synced lazily).
 Memory stays put, as in BVLC: each half is a SyncedTensor allocated on first use and
 kept for as long as the blob's count fits in it - across forward, backward, solver steps
 and reshapes to the same or a smaller count; only a larger count allocates anew (zeros).
+The one exception is BVLC's too: a prefetching data layer on CPU hands each batch to its
+tops by `adopt_data` (Caffe's set_cpu_data) instead of copying it.
 Layers write their outputs *into* that memory (`set_data`/`set_diff` copy, hot layers
 compute with out=), so a numpy view taken from `blob.data` before a forward pass shows
 the values after it. `share_data`/`share_diff` make two blobs one memory (Caffe's
@@ -214,6 +216,22 @@ class Blob:
         self._data_view = self._shaped(other._data)  # type: ignore[arg-type]
         self._fixed = other._fixed
         self.device = other.device
+
+    def adopt_data(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """Make `tensor` (contiguous, this blob's shape, on its device) the blob's data memory,
+        without a copy; returns the memory it replaces (None if none was allocated). Caffe's
+        set_cpu_data, with which a prefetching data layer hands its batch to its top: views
+        of the top taken before that keep the previous batch, as in BVLC, and layers that
+        share the top's memory (Split, Flatten, Reshape) share it anew at their reshape."""
+        if tuple(tensor.shape) != self._shape or not tensor.is_contiguous():
+            raise ValueError(f"adopt_data: need a contiguous {self._shape} tensor, got "
+                             f"{tuple(tensor.shape)}")  # fmt: skip
+        if self._fixed:
+            raise ValueError("adopt_data: a parameter blob's memory is its net's buffer")
+        old = self._data_view if self._data is not None else None
+        self._data = SyncedTensor(tensor.view(-1))
+        self._data_view = tensor
+        return old
 
     def shares_data_with(self, other: Blob) -> bool:
         """Whether this blob already is `other`'s data memory in `other`'s shape."""

@@ -3,7 +3,8 @@
 Caffe reads images with OpenCV, so every image that enters a net (ImageData, encoded Datums,
 convert_imageset) is **BGR** for colour and single-channel for grey, stored channel-major.
 OpenCV also applies the EXIF orientation tag, which we do too. Pillow is an optional dependency:
-whatever needs it raises a CaffeError saying so when it is missing.
+whatever needs it raises a CaffeError saying so when it is missing. Colour JPEGs are decoded by
+simplejpeg instead when it is installed, with the same pixels and without the GIL (jpeg_fast.py).
 
     decode_image(data, color=None) -> (C, H, W) uint8     color: True 3 ch, False 1 ch, None native
     read_image(path, color=True, height=0, width=0)       resized (bilinear) when both are > 0
@@ -18,6 +19,7 @@ import os
 
 import numpy as np
 
+from caffe import jpeg_fast
 from caffe.errors import CaffeError
 
 _FORMATS = {
@@ -52,42 +54,78 @@ def _grey_array(image) -> np.ndarray:  # type: ignore[no-untyped-def]
     return np.asarray(image.convert("L"), dtype=np.uint8)
 
 
-def _to_chw(image, color: bool | None, height: int, width: int) -> np.ndarray:  # type: ignore
-    """Orient, convert to colour or grey, resize (in OpenCV's read-then-resize order), to CHW."""
+_ORIENTATION = 0x0112  # the EXIF tag
+
+
+def _to_chw(  # type: ignore[no-untyped-def]
+    image, color: bool | None, height: int, width: int, contiguous: bool
+) -> np.ndarray:
+    """Orient, convert to colour or grey, resize (in OpenCV's read-then-resize order), to CHW.
+    `contiguous=False` returns the BGR C×H×W as a view of the decoded H×W×RGB pixels, with
+    no copy: what the data layers crop and subtract the mean from (data_transformer.py)."""
     from PIL import Image, ImageOps
 
-    image = ImageOps.exif_transpose(image)
+    if image.getexif().get(_ORIENTATION, 1) != 1:  # exif_transpose copies even when upright
+        image = ImageOps.exif_transpose(image)
     if color is None:
         color = image.mode not in _GREY_MODES
-    image = image.convert("RGB") if color else Image.fromarray(_grey_array(image))
+    if not color:
+        image = Image.fromarray(_grey_array(image))
+    elif image.mode != "RGB":  # convert() copies even when the mode is already right
+        image = image.convert("RGB")
     if height > 0 and width > 0 and image.size != (width, height):
         image = image.resize((width, height), Image.Resampling.BILINEAR)
-    if not color:
-        return np.ascontiguousarray(np.asarray(image, dtype=np.uint8)[np.newaxis])
-    rgb = np.asarray(image, dtype=np.uint8)
-    return np.ascontiguousarray(rgb[:, :, ::-1].transpose(2, 0, 1))  # RGB -> BGR, HWC -> CHW
+    pixels = np.asarray(image, dtype=np.uint8)
+    chw = pixels[np.newaxis] if not color else pixels[:, :, ::-1].transpose(2, 0, 1)
+    return np.ascontiguousarray(chw) if contiguous else chw  # RGB -> BGR, HWC -> CHW
 
 
 def decode_image(
-    data: bytes, color: bool | None = None, height: int = 0, width: int = 0, where: str = "image"
+    data: bytes,
+    color: bool | None = None,
+    height: int = 0,
+    width: int = 0,
+    where: str = "image",
+    contiguous: bool = True,
 ) -> np.ndarray:
-    """Decode encoded image bytes to C×H×W uint8 (BGR or grey)."""
+    """Decode encoded image bytes to C×H×W uint8 (BGR or grey); see _to_chw for `contiguous`.
+    Colour JPEGs go through simplejpeg when it can decode them as Pillow would (jpeg_fast.py)."""
+    if color is not False and not (height > 0 and width > 0):
+        try:
+            bgr = jpeg_fast.decode_bgr(data)
+        except ValueError as e:
+            raise CaffeError(f"{where}: cannot decode image data: {e}") from None
+        if bgr is not None:
+            chw = bgr.transpose(2, 0, 1)
+            return np.ascontiguousarray(chw) if contiguous else chw
     Image = pillow(f"decoding {where}")
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.load()
-            return _to_chw(image, color, height, width)
+            return _to_chw(image, color, height, width, contiguous)
     except (OSError, ValueError) as e:
         raise CaffeError(f"{where}: cannot decode image data: {e}") from None
 
 
-def read_image(path: str, color: bool | None = True, height: int = 0, width: int = 0) -> np.ndarray:
-    """Read an image file to C×H×W uint8 (BGR or grey), resized when height and width are > 0."""
+def read_image(
+    path: str, color: bool | None = True, height: int = 0, width: int = 0, contiguous: bool = True
+) -> np.ndarray:
+    """Read an image file to C×H×W uint8 (BGR or grey), resized when height and width are > 0;
+    see _to_chw for `contiguous`."""
+    if color is not False and not (height > 0 and width > 0) and jpeg_fast.enabled():
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise CaffeError(f"Could not open or find file {path}") from None
+        except OSError as e:
+            raise CaffeError(f"{path}: cannot read: {e.strerror or e}") from None
+        return decode_image(data, color, where=path, contiguous=contiguous)
     Image = pillow(f"reading {path}")
     try:
         with Image.open(path) as image:
             image.load()
-            return _to_chw(image, color, height, width)
+            return _to_chw(image, color, height, width, contiguous)
     except FileNotFoundError:
         raise CaffeError(f"Could not open or find file {path}") from None
     except (OSError, ValueError) as e:

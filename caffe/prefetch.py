@@ -20,20 +20,64 @@ and re-raised by the next `next_batch()` on the net's thread, so a corrupt recor
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 
 import torch
 
 from caffe.blob import Blob
-from caffe.common import shapes_only
+from caffe.common import root_solver, shapes_only
+from caffe.data_threads import single_threaded_kernels
 from caffe.errors import CaffeError, InputShapeError, LayerError
 from caffe.layer import Layer
 
+_log = logging.getLogger("caffe")
 _STOP_POLL_S = 0.1
 _JOIN_TIMEOUT_S = 5.0
+_WAIT_LOG_INTERVAL_S = 60.0
+
+
+class SpareBatches:
+    """Batch tensors that the layer has copied into its tops, for the loader to fill again.
+
+    Note [spare batches]. A fresh 40 MB batch costs its first touch (page faults and the
+    kernel's zeroing: a third of the time of a raw-uint8 batch) and, pinned for a GPU, a
+    cudaHostAlloc; so tensors go round: the loader fills one; on CPU the layer's top adopts
+    it as its memory and gives back the batch it held before (BVLC's prefetch_free_ queue);
+    on CUDA the layer copies it into its top asynchronously and gives it back with the
+    copy's event, which the next filler waits for. At most `limit` wait here; a tensor of
+    another shape is simply dropped later.
+    Thread-safe: the layer gives on the net's thread, the loader takes on the prefetch one."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._free: list[tuple[torch.Tensor, torch.cuda.Event | None]] = []
+
+    def give(self, tensors: Sequence[torch.Tensor], copied: torch.cuda.Event | None) -> None:
+        with self._lock:
+            for tensor in tensors:
+                if len(self._free) < self.limit:
+                    self._free.append((tensor, copied))
+
+    def take(self, shape: Sequence[int], dtype: torch.dtype, pinned: bool) -> torch.Tensor:
+        """A tensor of that shape (a spare one once its copy is done, else a new one)."""
+        found = None
+        with self._lock:
+            for k, (tensor, _) in enumerate(self._free):
+                if tensor.shape == tuple(shape) and tensor.dtype == dtype:
+                    found = self._free.pop(k)
+                    break
+        if found is None:
+            return torch.empty(tuple(shape), dtype=dtype, pin_memory=pinned)
+        tensor, copied = found
+        if copied is not None:
+            copied.synchronize()
+        return tensor
 
 
 class BatchLoader:
@@ -41,6 +85,14 @@ class BatchLoader:
 
     def __init__(self, where: str) -> None:
         self.where = where  # "Layer 'data' (type Data)", for error messages
+        # Set by the Prefetcher: whether batches go to a GPU (then allocate them in pinned
+        # memory), and where the tensors the layer is done with come back (SpareBatches).
+        self.pin_memory = False
+        self.spare = SpareBatches(0)
+
+    def new_tensor(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """An uninitialised tensor for a batch (a recycled one when it can)."""
+        return self.spare.take(shape, dtype, self.pin_memory)
 
     def error(self, message: str) -> LayerError:
         return LayerError(f"{self.where}: {message}")
@@ -80,12 +132,13 @@ def _prefetch_loop(
     pin_memory: bool,
     skip_batches: int,
 ) -> None:
+    single_threaded_kernels()  # this thread's share of the work is small (data_threads.py)
     try:
         loader.skip_batches(skip_batches)
         while not stop.is_set():
             batch = loader.load_batch()
             if pin_memory:
-                batch = [tensor.pin_memory() for tensor in batch]
+                batch = [t if t.is_pinned() else t.pin_memory() for t in batch]
             _put(batches, batch, stop)
     except Exception as e:  # see Note [errors on the thread]
         _put(batches, _Failure(e), stop)
@@ -109,6 +162,13 @@ class Prefetcher:
         self._batches: queue.Queue = queue.Queue(maxsize=max(1, int(depth)))
         self._stop = threading.Event()
         self._failure: BaseException | None = None
+        self.waited_s = 0.0  # how long the last next_batch waited for the thread
+        self.total_waited_s = 0.0
+        self.waits = 0
+        self.batches_taken = 0
+        self._logged_at = -_WAIT_LOG_INTERVAL_S
+        loader.pin_memory = pin_memory
+        self.spare = loader.spare = SpareBatches(limit=2 * (max(1, int(depth)) + 2))
         self.thread = threading.Thread(
             target=_prefetch_loop,
             args=(loader, self._batches, self._stop, pin_memory, skip_batches),
@@ -119,7 +179,38 @@ class Prefetcher:
         self._finalizer = weakref.finalize(self, _shutdown, self._stop, self.thread)
 
     def next_batch(self) -> list[torch.Tensor]:
-        """The next batch in load order; blocks until the thread has produced it."""
+        """The next batch in load order; blocks until the thread has produced it. A wait is
+        logged as BVLC does ("Waiting for data"), at most once a minute, and timed
+        (`waited_s`: the last wait; `total_waited_s`, `waits`: all of them but the first
+        batch's, which waits for the pipeline to start)."""
+        first, self.batches_taken = self.batches_taken == 0, self.batches_taken + 1
+        if self._failure is None and self._stop.is_set():
+            raise LayerError(f"{self.where}: the prefetch thread has stopped")
+        try:
+            item = self._batches.get_nowait()
+        except queue.Empty:
+            started = time.perf_counter()
+            try:
+                return self._wait_for_batch()
+            finally:
+                self.waited_s = time.perf_counter() - started
+                if not first:
+                    self._note_wait()
+        self.waited_s = 0.0
+        return self._unpack(item)
+
+    def _note_wait(self) -> None:
+        self.waits += 1
+        self.total_waited_s += self.waited_s
+        now = time.monotonic()
+        if now - self._logged_at >= _WAIT_LOG_INTERVAL_S and root_solver():
+            self._logged_at = now
+            _log.info("%s: Waiting for data (the prefetch queue was empty %d time(s), %.1f s in "
+                      "all): the data pipeline is slower than the net; more decode threads "
+                      "(CAFFE_DATA_THREADS) or a larger data_param.prefetch may help", self.where,
+                      self.waits, self.total_waited_s)  # fmt: skip
+
+    def _wait_for_batch(self) -> list[torch.Tensor]:
         stopped = LayerError(f"{self.where}: the prefetch thread has stopped")
         while self._failure is None:
             if self._stop.is_set():
@@ -133,10 +224,14 @@ class Prefetcher:
                     item = self._batches.get_nowait()
                 except queue.Empty:
                     raise stopped from None
-            if isinstance(item, _Failure):
-                self._failure = item.error
-                break
-            return item
+            return self._unpack(item)
+        return self._unpack(_Failure(self._failure))
+
+    def _unpack(self, item: object) -> list[torch.Tensor]:
+        if isinstance(item, _Failure):
+            self._failure = item.error
+        if self._failure is None:
+            return item  # type: ignore[return-value]
         if isinstance(self._failure, CaffeError):
             raise self._failure
         raise LayerError(f"{self.where}: loading a batch failed: {self._failure!r}") from (
@@ -198,9 +293,24 @@ class PrefetchingDataLayer(Layer):
         if self.prefetcher is None:
             raise self.error("forward before setup")
         batch = self.prefetcher.next_batch()
+        if self.device.type == "cpu":
+            # The batch becomes the tops' memory (Caffe's set_cpu_data: no copy); the
+            # memory it replaces, the batch before, goes back to the loader.
+            spent = []
+            for blob, tensor in zip(top, batch):
+                blob.reshape(tensor.shape)
+                old = blob.adopt_data(tensor)
+                if old is not None:
+                    spent.append(old)
+            self.prefetcher.spare.give(spent, None)  # Note [spare batches]
+            return
         for blob, tensor in zip(top, batch):
             blob.reshape(tensor.shape)
-            blob.set_data(tensor.to(self.device, non_blocking=True))
+            # Straight into the top's memory, from pinned memory: an asynchronous copy.
+            blob.data_tensor.copy_(tensor, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        self.prefetcher.spare.give(batch, copied)  # Note [spare batches]
 
     def close(self) -> None:
         """Stop the prefetch thread now (it also stops when the layer is garbage-collected)."""

@@ -6,7 +6,8 @@ The database is walked in key order with one cursor, wrapping to the first key a
 applied per batch; tops are data (N, C, H, W) float32 and, optionally, label (N) float32. The
 top shape comes from the first record (crop replaces H and W) and each batch takes the shape
 of its own first record. Loading runs on a prefetch thread (caffe/prefetch.py) that keeps
-`data_param.prefetch` batches ready.
+`data_param.prefetch` batches ready: it reads a batch's records in order and has the decode
+threads decode and transform them in parallel (caffe/batch_assembly.py, data_threads.py).
 
 Backend choice: the schema's default backend is LEVELDB, so a prototxt that omits `backend`
 means LevelDB to Caffe. Nearly every database in use today is LMDB, so when `source` is an LMDB
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 from google.protobuf.message import DecodeError
 
+from caffe.batch_assembly import assemble_batch
 from caffe.common import root_solver
 from caffe.data_shard import Shard, WrapWarning, shard_for_phase
 from caffe.data_transformer import DataTransformer, datum_to_chw, seeded_generator
@@ -110,32 +112,35 @@ class DatumLoader(BatchLoader):
             self._step(self._cursor)
             self.offset += 1
 
-    def decode(self, key: bytes, value: bytes) -> tuple[np.ndarray, int]:
+    def decode(self, key: bytes, value: bytes, contiguous: bool = True) -> tuple[np.ndarray, int]:
+        """(C×H×W array, label) of a record; runs on the decode threads (thread-safe)."""
         where = f"{self.where}: record {key.decode(errors='replace')!r} of {self.reader.path}"
         try:
             datum = caffe_pb2.Datum.FromString(value)
         except DecodeError:
             raise CaffeError(f"{where} is not a serialized Datum") from None
-        array = datum_to_chw(
-            datum, self.transformer.force_color, self.transformer.force_gray, where=where
-        )
+        array = datum_to_chw(datum, self.transformer.force_color, self.transformer.force_gray,
+                             where=where, contiguous=contiguous)  # fmt: skip
         return array, datum.label
 
     def load_batch(self) -> list[torch.Tensor]:
-        arrays, labels = [], []
-        for _ in range(self.batch_size):
-            key, value = self.next_record()
-            array, label = self.decode(key, value)
-            if arrays and array.shape != arrays[0].shape:
-                raise self.error(
-                    f"record {key.decode(errors='replace')!r} has shape {array.shape} but the "
-                    f"batch started with {arrays[0].shape}; items of a batch must match"
-                )
-            arrays.append(array)
-            labels.append(label)
-        batch = [self.transformer.transform(torch.from_numpy(np.stack(arrays)))]
+        records = [self.next_record() for _ in range(self.batch_size)]  # in order, one thread
+        labels = [0] * len(records)
+
+        def decode(i: int) -> np.ndarray:
+            array, labels[i] = self.decode(*records[i], contiguous=False)
+            return array
+
+        def mismatch(i: int, shape: tuple[int, ...], first: tuple[int, ...]) -> CaffeError:
+            return self.error(
+                f"record {records[i][0].decode(errors='replace')!r} has shape {shape} but the "
+                f"batch started with {first}; items of a batch must match"
+            )
+
+        data = assemble_batch(decode, len(records), self.transformer, mismatch, self.new_tensor)
+        batch = [data]
         if self.with_labels:
-            batch.append(torch.tensor(labels, dtype=torch.float32))
+            batch.append(torch.tensor(labels, dtype=torch.float32, pin_memory=self.pin_memory))
         return batch
 
     def first_item_shape(self) -> tuple[int, ...]:

@@ -6,7 +6,9 @@ OpenCV's conventions as Caffe: BGR for `is_color: true`, one grey channel otherw
 bilinearly to new_height × new_width when both are set, then transformed by transform_param.
 `root_folder` is prefixed to every path. `shuffle` shuffles the list at setup and at every
 wrap-around; `rand_skip` skips a random number of lines once. Batches are loaded on the prefetch
-thread; each batch takes the shape of its first image. Tops: data (N, C, H, W), label (N).
+thread, whose decode threads read and transform a batch's images in parallel (caffe/
+batch_assembly.py); each batch takes the shape of its first image. Tops: data (N, C, H, W),
+label (N).
 
 Sharding (caffe/data_shard.py) applies as for Data and HDF5Data: in TRAIN with P solvers, this
 rank keeps the line at running offset k iff k % P == its rank. Caffe's ImageData does not shard
@@ -21,6 +23,7 @@ import logging
 import numpy as np
 import torch
 
+from caffe.batch_assembly import assemble_batch
 from caffe.common import root_solver
 from caffe.data_shard import Shard, WrapWarning, shard_for_phase
 from caffe.data_transformer import DataTransformer, seeded_generator
@@ -83,12 +86,12 @@ class ImageLoader(BatchLoader):
             )
         self.position = count
 
-    def read(self, index: int) -> np.ndarray:
+    def read(self, index: int, contiguous: bool = True) -> np.ndarray:
+        """Line `index`'s image as C×H×W; runs on the decode threads (thread-safe)."""
         path, _ = self.lines[index]
         try:
-            return read_image(
-                join_root(self.root_folder, path), self.color, self.new_height, self.new_width
-            )
+            return read_image(join_root(self.root_folder, path), self.color, self.new_height,
+                              self.new_width, contiguous=contiguous)  # fmt: skip
         except CaffeError as e:
             raise self.error(f"Could not load line {index + 1} of the list: {e}") from None
 
@@ -96,23 +99,25 @@ class ImageLoader(BatchLoader):
         return self.read(self.order[self.position])
 
     def load_batch(self) -> list[torch.Tensor]:
-        arrays, labels = [], []
+        indices = []  # the batch's lines, in order, walked on this thread
         for _ in range(self.batch_size):
             while not self.shard.keeps(self.offset):
                 self._step()
-            index = self.order[self.position]
-            array = self.read(index)
-            if arrays and array.shape != arrays[0].shape:
-                raise self.error(
-                    f"image {self.lines[index][0]} is {array.shape} but the batch started with "
-                    f"{arrays[0].shape}; set new_height/new_width or use batch_size 1"
-                )
-            arrays.append(array)
-            labels.append(self.lines[index][1])
+            indices.append(self.order[self.position])
             self._step()
-        batch = [self.transformer.transform(torch.from_numpy(np.stack(arrays)))]
+
+        def mismatch(i: int, shape: tuple[int, ...], first: tuple[int, ...]) -> CaffeError:
+            return self.error(
+                f"image {self.lines[indices[i]][0]} is {shape} but the batch started with "
+                f"{first}; set new_height/new_width or use batch_size 1"
+            )
+
+        data = assemble_batch(lambda i: self.read(indices[i], contiguous=False), len(indices),
+                              self.transformer, mismatch, self.new_tensor)  # fmt: skip
+        batch = [data]
         if self.with_labels:
-            batch.append(torch.tensor(labels, dtype=torch.float32))
+            labels = [self.lines[i][1] for i in indices]
+            batch.append(torch.tensor(labels, dtype=torch.float32, pin_memory=self.pin_memory))
         return batch
 
 

@@ -208,11 +208,14 @@ class Launcher:
         else:
             self._start_infrastructure(env)
         local_ranks: dict[str | None, int] = {}
-        for rank, host in enumerate(self._worker_hosts()):
+        hosts = self._worker_hosts()
+        for rank, host in enumerate(hosts):
             local = local_ranks.get(host, 0)
             local_ranks[host] = local + 1
+            # The workers of one host share its cores (caffe/data_threads.py sizes by it).
             worker_env = {**env, "POSEIDON_ROLE": "worker", "POSEIDON_RANK": str(rank),
-                          "POSEIDON_LOCAL_RANK": str(local)}  # fmt: skip
+                          "POSEIDON_LOCAL_RANK": str(local),
+                          "POSEIDON_LOCAL_WORKERS": str(hosts.count(host))}  # fmt: skip
             if allreduce:
                 worker_env.update(RANK=str(rank), WORLD_SIZE=str(self.spec.num_workers),
                                   LOCAL_RANK=str(local))  # fmt: skip

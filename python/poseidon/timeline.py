@@ -18,7 +18,7 @@ from typing import Any
 # (forward/backward per layer), sync (a layer's whole round: handed to the comm core until
 # done), queued (waiting in the comm core's priority queue), sending (first byte out until
 # the last reply in), wait (the training thread blocked on it), apply (deferred update).
-LANES = {"compute": 1, "sync": 2, "queued": 3, "sending": 4, "wait": 5, "apply": 6}
+LANES = {"compute": 1, "sync": 2, "queued": 3, "sending": 4, "wait": 5, "apply": 6, "data": 7}
 
 
 def per_worker_path(path: str) -> str:
