@@ -1,0 +1,161 @@
+"""One sync unit's round: its gradient (or its sufficient factors) out to the comm core the
+moment its backward is done, and the mean of every worker's back into the parameters' .grad.
+
+PS: the unit's .grad tensors are copied into one flat float32 range (registered with the comm
+core once; pinned host memory with a device twin on CUDA, see caffe/sync_staging.py), pushed
+to the shards and pulled back summed. Parameters with no gradient this step (unused) count
+as zeros, so the job never waits for them; one left unused on every worker keeps grad None.
+
+SFB (an nn.Linear): a forward hook keeps the layer's input x (K × in) and a hook on its
+output keeps dy (K × out) once backward reaches it — every call of the layer in the step,
+and every micro-batch of a gradient accumulation (`no_sync`), stacked. The unit sends
+[dy | x] (caffe/sufficient_factors.py's layout) and rebuilds the exact mean gradient
+(1/P1) Σ_r dy_rᵀ x_r with one GEMM on the layer's device, and the bias's from Σ dy.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from caffe.sufficient_factors import rebuild_gradients
+from caffe.sync_staging import GradientStaging, to_host_async
+from poseidon.torch.units import SyncUnit
+
+
+@dataclass
+class FactorLog:
+    """An SFB unit's factors: inputs seen in forward, waiting for their dy, and the pairs."""
+
+    out_features: int
+    in_features: int
+    waiting: dict[int, torch.Tensor] = field(default_factory=dict)  # id(output) -> x
+    pairs: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(dy.shape[0] for dy, _ in self.pairs)
+
+    def pack(self) -> torch.Tensor:
+        """[dy | x] of every pair, float32, on their device; empties the log."""
+        if not self.pairs:
+            return torch.zeros(0, dtype=torch.float32)
+        dy = torch.cat([d for d, _ in self.pairs]).to(torch.float32).reshape(-1)
+        x = torch.cat([v for _, v in self.pairs]).to(torch.float32).reshape(-1)
+        self.pairs.clear()
+        return torch.cat([dy, x])
+
+
+class UnitSync:
+    """The round of one unit for the current step. Not thread-safe: the autograd engine
+    calls it from the thread that runs backward."""
+
+    def __init__(self, unit: SyncUnit, scheme: str, worker, device: torch.device,  # type: ignore[no-untyped-def]
+                 side_stream: torch.cuda.Stream | None, comm_thread: ThreadPoolExecutor | None,
+                 capacity_rows: int = 0) -> None:  # fmt: skip
+        self.unit = unit
+        self.scheme = scheme
+        self.worker = worker
+        self.device = device
+        self.side_stream = side_stream
+        self.comm_thread = comm_thread
+        self.handle: object | None = None
+        self.iteration = -1
+        self.submitted = False
+        self.ready = 0  # parameters whose .grad is final for this backward
+        self.factors: FactorLog | None = None
+        self.capacity_rows = capacity_rows
+        if scheme == "PS":
+            self.flat = torch.zeros(unit.num_floats, dtype=torch.float32, device=device)
+            self.staging = GradientStaging(self.flat, side_stream)
+            worker.register_layer(unit.index, self.staging.host_array())
+        else:
+            linear = unit.module
+            assert isinstance(linear, nn.Linear)
+            self.factors = FactorLog(linear.out_features, linear.in_features)
+            width = linear.out_features + linear.in_features
+            worker.register_sfb_layer(unit.index, max(1, capacity_rows * width))
+
+    # ----- sending --------------------------------------------------------------------------
+    def submit(self, iteration: int) -> None:
+        """Hand this step's gradient (or factors) to the comm core (asynchronous)."""
+        self.iteration, self.submitted = iteration, True
+        if self.scheme == "PS":
+            offset = 0
+            for p in self.unit.params:
+                n = p.numel()
+                target = self.flat[offset : offset + n]
+                if p.grad is None:
+                    target.zero_()
+                else:
+                    target.copy_(p.grad.reshape(-1))
+                offset += n
+            self.staging.to_host()
+            copied = self.staging.wait_host
+
+            def send():  # type: ignore[no-untyped-def]
+                return self.worker.push_pull(self.unit.index, iteration)
+        else:
+            assert self.factors is not None
+            rows = self.factors.rows
+            if rows > self.capacity_rows:
+                raise RuntimeError(
+                    f"nn.Linear {self.unit.name}: {rows} rows of sufficient factors this step, "
+                    f"more than the {self.capacity_rows} it was planned with (its K at the "
+                    "first step); pass accumulation_steps= (gradient accumulation) or "
+                    "sfb_rows= to DistributedDataParallel, or drop uneven batches"
+                )
+            factors, event = to_host_async(self.factors.pack(), self.side_stream)
+            copied = event.synchronize if event is not None else None
+
+            def send():  # type: ignore[no-untyped-def]
+                return self.worker.allgather(self.unit.index, iteration, factors)
+
+        if self.comm_thread is None:
+            self.handle = send()
+        else:  # CUDA: a comm thread waits for the copy to host, not the training thread
+            self.handle = self.comm_thread.submit(lambda: (copied and copied(), send())[1])
+
+    # ----- receiving --------------------------------------------------------------------
+    def finish(self, num_workers: int) -> None:
+        """Wait for the round and leave the mean of every worker's gradient in .grad."""
+        handle = self.handle.result() if isinstance(self.handle, Future) else self.handle
+        handle.wait()  # type: ignore[union-attr]
+        self.handle, self.submitted, self.ready = None, False, 0
+        scale = 1.0 / num_workers
+        if self.scheme == "PS":
+            self.staging.to_device()
+            offset = 0
+            for p in self.unit.params:
+                n = p.numel()
+                mean = self.flat[offset : offset + n].view(p.shape).mul_(scale)
+                offset += n
+                _set_grad(p, mean)
+            return
+        linear = self.unit.module
+        factors = [self.worker.factor(self.unit.index, self.iteration, r)
+                   for r in range(num_workers)]  # fmt: skip
+        weight = torch.zeros(linear.weight.shape, dtype=torch.float32, device=self.device)
+        bias = None
+        if linear.bias is not None:
+            bias = torch.zeros(linear.bias.shape, dtype=torch.float32, device=self.device)
+        rebuild_gradients([np.asarray(f) for f in factors], linear.out_features,
+                          linear.in_features, weight, bias, False, scale)  # fmt: skip
+        _set_grad(linear.weight, weight)
+        if bias is not None:
+            _set_grad(linear.bias, bias)
+
+
+def _set_grad(param: nn.Parameter, mean: torch.Tensor) -> None:
+    """.grad := the mean; a parameter no worker used (no local grad, a zero mean) keeps None,
+    as it would in one process."""
+    if param.grad is None:
+        if not bool(mean.any()):
+            return
+        param.grad = mean.to(param.dtype).clone()
+        return
+    param.grad.copy_(mean)
