@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import sys
 import weakref
 from collections.abc import Iterator
@@ -40,13 +39,17 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from poseidon import _C
-from poseidon.plan import format_plan, layer_spec, layer_specs
-from poseidon.torch.broadcast import BROADCAST_FLOATS, Broadcaster
+from poseidon.torch.broadcast import Broadcaster
+from poseidon.torch.plan import (
+    broadcast_floats,
+    format_torch_plan,
+    state_tensors,
+    torch_layer_specs,
+)
 from poseidon.torch.session import Session, join
 from poseidon.torch.unit_sync import UnitSync
-from poseidon.torch.units import SyncUnit, layer_layout, measure_linear_rows, sync_units
+from poseidon.torch.units import SyncUnit, measure_linear_rows, sync_units
 
-_log = logging.getLogger("poseidon")
 SYNC_MODES = ("poseidon", "wfbp", "ps-nooverlap")
 WAIT_MODES = ("backward", "step")
 _live: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
@@ -151,15 +154,8 @@ class DistributedDataParallel(nn.Module):
     def layer_specs(self, rows: dict[int, int]) -> list[Any]:
         """The LayerSpecs this worker declares (poseidon plan --torch prints the same)."""
         c = self.session.config
-        return torch_layer_specs(self.units, rows, self.accumulation_steps, c.sync, c.scheme,
-                                 c.layer_schemes, self._broadcast_floats())  # fmt: skip
-
-    def _broadcast_floats(self) -> int:
-        total = sum(t.numel() * t.element_size() for t in self._state_tensors()) // 4 + 1
-        return max(1, min(BROADCAST_FLOATS, total))
-
-    def _state_tensors(self) -> list[torch.Tensor]:
-        return [*self.module.parameters(), *self.module.buffers()]
+        return torch_layer_specs(self.module, self.units, rows, self.accumulation_steps,
+                                 c.sync, c.scheme, c.layer_schemes)  # fmt: skip
 
     def _make_plan(self, rows: dict[int, int]) -> None:
         specs = self.layer_specs(rows)
@@ -171,14 +167,14 @@ class DistributedDataParallel(nn.Module):
             self.syncs.append(UnitSync(unit, schemes[unit.index], self.worker, self.device,
                                        self._side_stream, self._comm_thread, capacity))  # fmt: skip
         broadcast_id = len(self.units)
-        self.broadcaster = Broadcaster(self.worker, broadcast_id, self._broadcast_floats())
+        self.broadcaster = Broadcaster(self.worker, broadcast_id, broadcast_floats(self.module))
         self.worker.register_sfb_layer(broadcast_id, self.broadcaster.capacity)
         self._attach()
         self._planned = True
-        if self.rank == 0:
-            _log.info("Poseidon: %d workers, sync mode %s\n%s", self.num_workers,
-                      self.session.config.sync, format_plan(self.plan))  # fmt: skip
-        self.broadcaster.from_rank0(self._state_tensors())
+        if self.rank == 0:  # as the Caffe path does: what each layer moves, and how
+            print(f"[poseidon] {self.num_workers} workers, sync mode {self.session.config.sync}"
+                  f"\n{format_torch_plan(self.plan)}", file=sys.stderr, flush=True)  # fmt: skip
+        self.broadcaster.from_rank0(state_tensors(self.module))
 
     # ----- hooks ----------------------------------------------------------------------------
     def _attach(self) -> None:
@@ -286,18 +282,6 @@ class DistributedDataParallel(nn.Module):
         finally:
             if self._comm_thread is not None:
                 self._comm_thread.shutdown(wait=False)
-
-
-def torch_layer_specs(units: list[SyncUnit], rows: dict[int, int], accumulation_steps: int,
-                      sync: str, scheme: str, layer_schemes: dict[str, str],
-                      broadcast_floats: int) -> list[Any]:  # fmt: skip
-    """A torch model's LayerSpecs: its units through poseidon.plan.layer_specs (the one
-    derivation, shared with the Caffe engine) and the broadcast unit (always SFB: a copy)."""
-    specs = layer_specs(layer_layout(units, rows), accumulation_steps, sync, scheme,
-                        layer_schemes, what="layer_schemes")  # fmt: skip
-    specs.append(layer_spec(len(units), "(broadcast)", "FC", broadcast_floats, 1, 1,
-                            broadcast_floats, "sfb"))  # fmt: skip
-    return specs
 
 
 def _device_of(module: nn.Module) -> torch.device:

@@ -70,10 +70,11 @@ def torchrun_env(rank: int, workers: int, port: int, **extra: str) -> dict[str, 
                     "MASTER_PORT": str(port), "POSEIDON_TIMEOUT_MS": "30000", **extra})  # fmt: skip
 
 
-def run_torchrun_job(out_dir: Path, cases: list[str], workers: int, steps: int,
-                     timeout_s: float = 240) -> dict[str, list[Params]]:  # fmt: skip
-    """Every case as a job of `workers` processes started as torchrun would; each rank's
-    saved parameters per case."""
+def run_torchrun_job(
+    out_dir: Path, cases: list[str], workers: int, steps: int, timeout_s: float = 240
+) -> tuple[dict[str, list[Params]], list[str]]:
+    """Every case as a job of `workers` processes started as torchrun would: each rank's
+    saved parameters per case, and each rank's output."""
     out_dir.mkdir(parents=True, exist_ok=True)
     port = free_port_block()
     procs = [subprocess.Popen([*WORKER, str(out_dir), str(steps), *cases], cwd=REPO,
@@ -93,4 +94,4 @@ def run_torchrun_job(out_dir: Path, cases: list[str], workers: int, steps: int,
         if proc.returncode != 0:
             raise AssertionError(f"{cases}, a worker of {workers}, exit {proc.returncode}:\n"
                                  + "\n---\n".join(outputs)[-6000:])  # fmt: skip
-    return {case: [load(out_dir, case, r) for r in range(workers)] for case in cases}
+    return {case: [load(out_dir, case, r) for r in range(workers)] for case in cases}, outputs

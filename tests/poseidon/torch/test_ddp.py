@@ -39,13 +39,14 @@ LOW_PRECISION_TOLERANCE = {"bf16": 5e-4, "grad-scaler": 1e-4}
 
 
 @functools.cache
-def job(workers: int, root: str) -> tuple[dict[str, Params], dict[str, list[Params]]]:
+def job(workers: int, root: str) -> tuple[dict[str, Params], dict[str, list[Params]], list[str]]:
     """Every case as one job of `workers` processes (one process per rank runs them all, one
-    job after another), and the one-process reference; computed once per worker count."""
+    job after another), and the one-process reference; computed once per worker count.
+    Returns the reference's parameters, each rank's, and each rank's output."""
     out = Path(root) / f"p{workers}"
     cases = sorted(CASES)
-    return (run_reference(out / "reference", cases, STEPS, emulated_workers=workers),
-            run_torchrun_job(out / "job", cases, workers, STEPS))  # fmt: skip
+    reference = run_reference(out / "reference", cases, STEPS, emulated_workers=workers)
+    return (reference, *run_torchrun_job(out / "job", cases, workers, STEPS))
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def job_root(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.mark.parametrize("workers", [2, 3])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_workers_end_with_the_parameters_of_one_process(job_root, workers, case):
-    reference, results = job(workers, job_root)
+    reference, results, _ = job(workers, job_root)
     ranks = results[case]
     tolerance = LOW_PRECISION_TOLERANCE.get(case, TOLERANCE)
     for name, expected in reference[case].items():
@@ -73,11 +74,25 @@ def test_workers_end_with_the_parameters_of_one_process(job_root, workers, case)
 
 def test_a_model_changes_when_it_trains(job_root):
     """The equivalence above is not vacuous: training moves every parameter."""
-    reference, _ = job(2, job_root)
+    reference, _, _ = job(2, job_root)
     torch.manual_seed(0)
     initial = CASES["auto"].build().state_dict()
     for name, value in reference["auto"].items():
         assert np.abs(value - initial[name].numpy()).max() > 1e-3, name
+
+
+def test_poseidon_plan_prints_the_plan_the_job_ran(job_root):
+    """Rank 0 prints its plan when it makes it; `poseidon plan --torch` prints the same for
+    the same model and input (K = 12 / 2 rows per worker)."""
+    _, _, outputs = job(2, job_root)
+    after = outputs[0].split("auto step 0\n", 1)[1]
+    ran = after[after.index("P1=2") : after.index("\n", after.index("total:"))]
+    command = [sys.executable, "-m", "poseidon.cli", "plan", "--workers", "2", "--torch",
+               "tests/poseidon/torch/models.py:mlp", "--torch-input", "6,20"]  # fmt: skip
+    printed = subprocess.run(command, cwd=REPO, env=env_for(), capture_output=True, text=True,
+                             check=True, timeout=60).stdout.strip()  # fmt: skip
+    assert printed == ran
+    assert " SFB" in printed and " PS" in printed  # both schemes: "auto" is really hybrid
 
 
 def test_poseidon_launch_runs_the_same_script(tmp_path):
