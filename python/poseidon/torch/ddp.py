@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import sys
 import weakref
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from poseidon import _C
 from poseidon.torch.broadcast import Broadcaster
+from poseidon.torch.factor_capture import LinearCapture
 from poseidon.torch.plan import (
     broadcast_floats,
     format_torch_plan,
@@ -183,43 +185,54 @@ class DistributedDataParallel(nn.Module):
             for p in sync.unit.params:
                 owners[id(p)] = sync
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
-            if sync.scheme == "SFB":
-                self._hooks.append(sync.unit.module.register_forward_hook(
-                    lambda m, i, o, s=sync: self._capture(s, i, o)))  # fmt: skip
+            if sync.factors is not None:  # SFB: Note [factor capture] in factor_capture.py
+                received = functools.partial(self._on_factor, sync)
+                capture = LinearCapture(sync.unit.module, sync.factors.remember, received)
+                self._hooks.extend(capture.attach())
         self._owner = owners
         if self.wait == "step":
             self._hooks.append(register_optimizer_step_pre_hook(
                 lambda optimizer, args, kwargs: self.synchronize()))  # fmt: skip
 
-    def _capture(self, sync: UnitSync, inputs: tuple, output: torch.Tensor) -> None:
-        """SFB: keep x now and dy when backward reaches the output (unit_sync.py); not in
-        eval mode or under no_grad, where no backward follows."""
-        module = sync.unit.module
-        if not module.training or not torch.is_grad_enabled() or not output.requires_grad:
-            return
-        log = sync.factors
-        assert log is not None
-        x = inputs[0].detach().reshape(-1, log.in_features)
-        key = id(output)
-        log.waiting[key] = x
-
-        def on_dy(dy: torch.Tensor) -> None:
-            x_seen = log.waiting.pop(key, None)
-            if x_seen is not None:
-                log.pairs.append((dy.detach().reshape(-1, log.out_features), x_seen))
-
-        output.register_hook(on_dy)
-
-    def _on_grad(self, param: nn.Parameter) -> None:
-        if not self._syncing:
-            return  # no_sync(): gradients (and factors) accumulate locally
+    def _backward_reached(self) -> None:
+        """The first hook of a backward: have its end call us (Note [when gradients move])."""
         if not self._in_backward:
             self._in_backward = True
             torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+
+    def _on_grad(self, param: nn.Parameter) -> None:
+        """A parameter's gradient is final for this backward (PS units)."""
         sync = self._owner[id(param)]
+        if sync.factors is not None:
+            name = sync.unit.name
+            which = next(n for n, p in zip(sync.unit.param_names, sync.unit.params) if p is param)
+            raise RuntimeError(
+                f"nn.Linear {name!r} is synchronised by sufficient factors, but its parameter "
+                f"{which!r} got a gradient "
+                "outside the layer's own forward (used directly, as nn.MultiheadAttention uses "
+                "out_proj.weight, or shared with another module), which no factors carry: "
+                f"send it through the parameter server, layer_schemes={{{name!r}: 'ps'}}"
+            )
+        if not self._syncing:
+            return  # no_sync(): gradients accumulate locally
+        self._backward_reached()
         sync.ready += 1
-        nooverlap = self.session.config.sync == "ps-nooverlap"
-        if sync.ready == len(sync.unit.params) and not sync.submitted and not nooverlap:
+        if sync.ready == len(sync.unit.params):
+            self._unit_done(sync)
+
+    def _on_factor(self, sync: UnitSync, key: int, dy: torch.Tensor) -> None:
+        """An SFB layer's output gradient has come (factor_capture.py)."""
+        assert sync.factors is not None
+        every_call = sync.factors.received(key, dy)
+        if self._syncing:
+            self._backward_reached()
+            if every_call:
+                self._unit_done(sync)
+
+    def _unit_done(self, sync: UnitSync) -> None:
+        """Every gradient of the unit is final: its round starts now (WFBP), unless the sync
+        mode waits for the whole backward."""
+        if not sync.submitted and self.session.config.sync != "ps-nooverlap":
             sync.submit(self.iteration)
 
     def _end_of_backward(self) -> None:

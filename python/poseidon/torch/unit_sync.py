@@ -6,11 +6,12 @@ core once; pinned host memory with a device twin on CUDA, see caffe/sync_staging
 to the shards and pulled back summed. Parameters with no gradient this step (unused) count
 as zeros, so the job never waits for them; one left unused on every worker keeps grad None.
 
-SFB (an nn.Linear): a forward hook keeps the layer's input x (K × in) and a hook on its
-output keeps dy (K × out) once backward reaches it — every call of the layer in the step,
-and every micro-batch of a gradient accumulation (`no_sync`), stacked. The unit sends
-[dy | x] (caffe/sufficient_factors.py's layout) and rebuilds the exact mean gradient
-(1/P1) Σ_r dy_rᵀ x_r with one GEMM on the layer's device, and the bias's from Σ dy.
+SFB (an nn.Linear): the layer's input x (K × in) and output gradient dy (K × out) are kept
+(factor_capture.py) — every call of the layer in the step, and every micro-batch of a
+gradient accumulation (`no_sync`), stacked; the layer computes no weight gradient of its own.
+The unit sends [dy | x] (caffe/sufficient_factors.py's layout) and rebuilds the exact mean
+gradient (1/P1) Σ_r dy_rᵀ x_r with one GEMM on the layer's device, and the bias's from Σ dy,
+adding them to what .grad held before the backward (as DDP's mean of accumulated grads).
 """
 
 from __future__ import annotations
@@ -29,12 +30,27 @@ from poseidon.torch.units import SyncUnit
 
 @dataclass
 class FactorLog:
-    """An SFB unit's factors: inputs seen in forward, waiting for their dy, and the pairs."""
+    """An SFB unit's factors: inputs seen in forward, waiting for their dy, and the pairs.
+    Not thread-safe: forward and backward of one model do not run at once."""
 
     out_features: int
     in_features: int
-    waiting: dict[int, torch.Tensor] = field(default_factory=dict)  # id(output) -> x
+    waiting: dict[int, torch.Tensor] = field(default_factory=dict)  # call key -> x
     pairs: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    next_key: int = 0
+
+    def remember(self, x: torch.Tensor) -> int:
+        """Keep a forward call's input (K × in) until its dy comes; returns the call's key."""
+        key, self.next_key = self.next_key, self.next_key + 1
+        self.waiting[key] = x.reshape(-1, self.in_features)
+        return key
+
+    def received(self, key: int, dy: torch.Tensor) -> bool:
+        """The call's dy has come; whether no call of the step waits for its dy any more."""
+        x = self.waiting.pop(key, None)
+        if x is not None:
+            self.pairs.append((dy.detach().reshape(-1, self.out_features), x))
+        return not self.waiting
 
     @property
     def rows(self) -> int:
@@ -137,17 +153,27 @@ class UnitSync:
                 _set_grad(p, mean)
             return
         linear = self.unit.module
-        factors = [self.worker.factor(self.unit.index, self.iteration, r)
+        factors = [np.asarray(self.worker.factor(self.unit.index, self.iteration, r))
                    for r in range(num_workers)]  # fmt: skip
-        weight = torch.zeros(linear.weight.shape, dtype=torch.float32, device=self.device)
-        bias = None
-        if linear.bias is not None:
-            bias = torch.zeros(linear.bias.shape, dtype=torch.float32, device=self.device)
-        rebuild_gradients([np.asarray(f) for f in factors], linear.out_features,
-                          linear.in_features, weight, bias, False, scale)  # fmt: skip
-        _set_grad(linear.weight, weight)
-        if bias is not None:
-            _set_grad(linear.bias, bias)
+        if not any(f.size for f in factors):
+            return  # no worker used the layer: .grad stays as it was (None if it was)
+        params = [p for p in (linear.weight, linear.bias) if p is not None]
+        grads = [_grad_for_adding(p) for p in params]
+        rebuild_gradients(factors, linear.out_features, linear.in_features, grads[0],
+                          grads[1] if len(grads) > 1 else None, False, scale)  # fmt: skip
+        for p, g in zip(params, grads):
+            if p.grad is None or p.grad is not g:
+                p.grad = g.to(p.dtype)
+
+
+def _grad_for_adding(param: nn.Parameter) -> torch.Tensor:
+    """A float32 tensor holding param.grad (zeros if None) to add the rebuilt mean into: the
+    grad itself when it is float32 already."""
+    if param.grad is None:
+        return torch.zeros(param.shape, dtype=torch.float32, device=param.device)
+    if param.grad.dtype == torch.float32:
+        return param.grad
+    return param.grad.to(torch.float32)
 
 
 def _set_grad(param: nn.Parameter, mean: torch.Tensor) -> None:

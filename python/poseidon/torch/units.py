@@ -61,10 +61,13 @@ class SyncUnit:
         own = [linear.weight] + ([linear.bias] if linear.bias is not None else [])
         return len(own) == len(self.params) and all(a is b for a, b in zip(own, self.params))
 
-    def comm_shape(self, rows: int) -> CommShape:
-        """The unit as the cost model sees it, `rows` being K for an FC unit."""
+    def comm_shape(self, rows: int | None) -> CommShape:
+        """The unit as the cost model sees it, `rows` being K for an FC unit: None when no
+        forward called the Linear as a module (nn.MultiheadAttention's out_proj: its weight is
+        used directly), so that no factors could be captured and the parameter server must
+        carry it."""
         module = self.module
-        if self.sfb_capable:
+        if self.sfb_capable and rows is not None:
             return CommShape("FC", m=module.out_features, n=module.in_features, rows=rows)
         if isinstance(module, CONVOLUTIONS) and module.weight in self.params and not self.tied:
             weight = module.weight
@@ -107,8 +110,9 @@ class UnitLayout:
 
 
 def layer_layout(units: list[SyncUnit], rows: dict[int, int]) -> list[UnitLayout]:
-    """The units for the plan; `rows[i]` is FC unit i's K (rows of its GEMM per iteration)."""
-    return [UnitLayout(u.index, u.name, u.comm_shape(rows.get(u.index, 1)), u.num_floats)
+    """The units for the plan; `rows[i]` is FC unit i's K (rows of its GEMM per iteration),
+    absent for a Linear that no forward called as a module."""
+    return [UnitLayout(u.index, u.name, u.comm_shape(rows.get(u.index)), u.num_floats)
             for u in units]  # fmt: skip
 
 

@@ -152,6 +152,21 @@ def conv_bn() -> nn.Module:
     )  # fmt: skip
 
 
+class Attention(nn.Module):
+    """Self-attention over a sequence: its out_proj is a Linear that MultiheadAttention never
+    calls as a module (the plan must send it through the PS)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(IN, HIDDEN)
+        self.attention = nn.MultiheadAttention(HIDDEN, 4, batch_first=True)
+        self.head = nn.Linear(HIDDEN, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.inp(x))
+        return self.head(self.attention(h, h, h, need_weights=False)[0] + h)
+
+
 def sequence_model() -> nn.Module:
     return nn.Sequential(nn.Linear(IN, HIDDEN), nn.GELU(), nn.LayerNorm(HIDDEN),
                          nn.Linear(HIDDEN, CLASSES))  # fmt: skip
@@ -170,6 +185,7 @@ CASES = {
     "bf16": Case(mlp, {"scheme": "sfb"}, autocast=True),
     "grad-scaler": Case(mlp, {"scheme": "ps"}, scaler=True),
     "sequence": Case(sequence_model, {"scheme": "sfb"}, sequence=3),
+    "attention": Case(Attention, sequence=3),
     "wfbp": Case(mlp, {"sync": "wfbp"}),
     "nooverlap": Case(mlp, {"sync": "ps-nooverlap"}),
     "wait-step": Case(mlp, {"scheme": "sfb", "wait": "step"}),

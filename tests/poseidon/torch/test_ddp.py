@@ -225,3 +225,20 @@ def test_more_rows_than_planned_say_what_to_pass(no_launcher):
             net(torch.randn(7, 4)).sum().backward()
     finally:
         net.close(RuntimeError("test over"))
+
+
+def test_a_linear_used_outside_its_forward_cannot_be_forced_to_sfb(no_launcher):
+    import poseidon.torch
+
+    model = nn.Sequential(nn.Linear(4, 8))
+    attention = nn.MultiheadAttention(8, 2, batch_first=True)
+    net = poseidon.torch.DistributedDataParallel(nn.ModuleList([model, attention]),
+                                                 scheme="sfb", sfb_rows=6)  # fmt: skip
+    try:
+        h = model(torch.randn(2, 3, 4))
+        with pytest.raises(
+            RuntimeError, match=r"'1.out_proj'.*layer_schemes=\{'1.out_proj': 'ps'\}"
+        ):
+            attention(h, h, h)[0].sum().backward()
+    finally:
+        net.close(RuntimeError("test over"))
