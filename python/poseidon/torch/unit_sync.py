@@ -102,11 +102,15 @@ class UnitSync:
         self.iteration, self.submitted = iteration, True
         if self.scheme == "PS":
             offset = 0
-            for p in self.unit.params:
+            for p, name in zip(self.unit.params, self.unit.param_names):
                 n = p.numel()
                 target = self.flat[offset : offset + n]
                 if p.grad is None:
                     target.zero_()
+                elif p.grad.is_sparse:
+                    raise RuntimeError(f"{name}: a sparse gradient (nn.Embedding(sparse=True) "
+                                       "or similar), which poseidon.torch does not move; use "
+                                       "dense gradients (sparse=False)")  # fmt: skip
                 else:
                     target.copy_(p.grad.reshape(-1))
                 offset += n

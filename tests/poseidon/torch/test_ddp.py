@@ -242,3 +242,15 @@ def test_a_linear_used_outside_its_forward_cannot_be_forced_to_sfb(no_launcher):
             attention(h, h, h)[0].sum().backward()
     finally:
         net.close(RuntimeError("test over"))
+
+
+def test_a_sparse_gradient_is_named(no_launcher):
+    import poseidon.torch
+
+    model = nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Linear(4, 2))
+    net = poseidon.torch.DistributedDataParallel(model, scheme="ps")
+    try:
+        with pytest.raises(RuntimeError, match=r"0.weight: a sparse gradient"):
+            net(torch.tensor([[1, 2]])).sum().backward()
+    finally:
+        net.close(RuntimeError("test over"))
