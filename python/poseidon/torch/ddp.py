@@ -40,6 +40,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from poseidon import _C
+from poseidon.timeline import Timeline
 from poseidon.torch.broadcast import Broadcaster
 from poseidon.torch.factor_capture import LinearCapture
 from poseidon.torch.plan import (
@@ -116,6 +117,8 @@ class DistributedDataParallel(nn.Module):
         self.syncs: list[UnitSync] = []
         self.plan: _C.Plan | None = None
         self._hooks: list[Any] = []
+        self.timeline: Timeline | None = None  # POSEIDON_TIMELINE
+        self._backward_mark_us = 0.0  # the timeline's last backward event
         self._side_stream: torch.cuda.Stream | None = None
         self._comm_thread: ThreadPoolExecutor | None = None
         self.session: Session = join({"sync": sync, "scheme": scheme,
@@ -141,6 +144,8 @@ class DistributedDataParallel(nn.Module):
         self.worker = self.session.worker
         self.num_workers = self.worker.num_workers
         self.rank = self.worker.rank
+        if config.timeline:
+            self.timeline = Timeline(config.timeline, self.rank, self.num_workers)
         if self.device.type == "cuda":
             self._side_stream = torch.cuda.Stream(device=self.device)
             self._comm_thread = ThreadPoolExecutor(1, "poseidon-submit")
@@ -199,6 +204,8 @@ class DistributedDataParallel(nn.Module):
         if not self._in_backward:
             self._in_backward = True
             torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+            if self.timeline is not None:
+                self._backward_mark_us = self.timeline.now_us()
 
     def _on_grad(self, param: nn.Parameter) -> None:
         """A parameter's gradient is final for this backward (PS units)."""
@@ -231,15 +238,23 @@ class DistributedDataParallel(nn.Module):
 
     def _unit_done(self, sync: UnitSync) -> None:
         """Every gradient of the unit is final: its round starts now (WFBP), unless the sync
-        mode waits for the whole backward."""
+        mode waits for the whole backward. On the timeline, the backward from the last event
+        to here is the unit's."""
+        now = 0.0
+        if self.timeline is not None:
+            now = self.timeline.now_us()
+            self.timeline.span(f"backward {sync.unit.name}", "compute", self._backward_mark_us,
+                               now, iteration=self.iteration)  # fmt: skip
+            self._backward_mark_us = now
         if not sync.submitted and self.session.config.sync != "ps-nooverlap":
-            sync.submit(self.iteration)
+            sync.submit(self.iteration, now)
 
     def _end_of_backward(self) -> None:
         self._in_backward = False
+        now = self.timeline.now_us() if self.timeline is not None else 0.0
         for sync in self.syncs:
             if not sync.submitted:
-                sync.submit(self.iteration)  # unused parameters, and ps-nooverlap
+                sync.submit(self.iteration, now)  # unused parameters, and ps-nooverlap
         self._pending = True
         if self.wait == "backward":
             self.synchronize()
@@ -251,7 +266,7 @@ class DistributedDataParallel(nn.Module):
             return
         self._pending = False
         for sync in self.syncs:
-            sync.finish(self.num_workers)
+            sync.finish(self.num_workers, self.timeline)
             if sync.factors is not None:
                 sync.factors.waiting.clear()  # inputs of forwards that had no backward
         self.iteration += 1
@@ -267,7 +282,14 @@ class DistributedDataParallel(nn.Module):
             buffers = list(self.module.buffers())
             if buffers:
                 self.broadcaster.from_rank0(buffers)
-        return self.module(*args, **kwargs)
+        if self.timeline is None:
+            return self.module(*args, **kwargs)
+        start = self.timeline.now_us()
+        try:
+            return self.module(*args, **kwargs)
+        finally:
+            self.timeline.span("forward", "compute", start, self.timeline.now_us(),
+                               iteration=self.iteration)  # fmt: skip
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -295,6 +317,8 @@ class DistributedDataParallel(nn.Module):
         finally:
             if self._comm_thread is not None:
                 self._comm_thread.shutdown(wait=False)
+            if self.timeline is not None:
+                self.timeline.close()  # what it saw, also of a job that failed
 
 
 def _device_of(module: nn.Module) -> torch.device:

@@ -25,6 +25,7 @@ from torch import nn
 
 from caffe.sufficient_factors import rebuild_gradients
 from caffe.sync_staging import GradientStaging, to_host_async
+from poseidon.timeline import Timeline
 from poseidon.torch.units import SyncUnit
 
 
@@ -80,6 +81,8 @@ class UnitSync:
         self.side_stream = side_stream
         self.comm_thread = comm_thread
         self.handle: object | None = None
+        self.submitted_us = 0.0
+        self.traffic_seen = (0, 0)  # the comm core's byte counters at the last round's end
         self.iteration = -1
         self.submitted = False
         self.ready = 0  # parameters whose .grad is final for this backward
@@ -97,9 +100,10 @@ class UnitSync:
             worker.register_sfb_layer(unit.index, max(1, capacity_rows * width))
 
     # ----- sending --------------------------------------------------------------------------
-    def submit(self, iteration: int) -> None:
-        """Hand this step's gradient (or factors) to the comm core (asynchronous)."""
-        self.iteration, self.submitted = iteration, True
+    def submit(self, iteration: int, now_us: float = 0.0) -> None:
+        """Hand this step's gradient (or factors) to the comm core (asynchronous); `now_us`
+        is the time on the job's timeline, if it keeps one."""
+        self.iteration, self.submitted, self.submitted_us = iteration, True, now_us
         if self.scheme == "PS":
             offset = 0
             for p, name in zip(self.unit.params, self.unit.param_names):
@@ -141,10 +145,19 @@ class UnitSync:
             self.handle = self.comm_thread.submit(lambda: (copied and copied(), send())[1])
 
     # ----- receiving --------------------------------------------------------------------
-    def finish(self, num_workers: int) -> None:
-        """Wait for the round and leave the mean of every worker's gradient in .grad."""
+    def finish(self, num_workers: int, timeline: Timeline | None = None) -> None:
+        """Wait for the round and leave the mean of every worker's gradient in .grad; the
+        round goes on `timeline` if there is one."""
+        waited_us = timeline.now_us() if timeline is not None else 0.0
         handle = self.handle.result() if isinstance(self.handle, Future) else self.handle
         handle.wait()  # type: ignore[union-attr]
+        if timeline is not None:
+            sent, received = self.worker.traffic().get(self.unit.index, (0, 0))
+            traffic = (sent - self.traffic_seen[0], received - self.traffic_seen[1])
+            self.traffic_seen = (sent, received)
+            timeline.record_round(self.unit.name, handle.timing(), self.submitted_us,  # type: ignore[union-attr]
+                                  waited_us, timeline.now_us(), self.iteration, self.scheme,
+                                  traffic)  # fmt: skip
         self.handle, self.submitted, self.ready = None, False, 0
         scale = 1.0 / num_workers
         if self.scheme == "PS":

@@ -31,6 +31,8 @@ def train_case(case: str, steps: int, out_dir: Path, rank: int, size: int,
     if distributed:
         import poseidon.torch
 
+        if "TIMELINE_DIR" in os.environ:  # a trace per case: trace.<case>.<rank>.json
+            os.environ["POSEIDON_TIMELINE"] = f"{os.environ['TIMELINE_DIR']}/trace.{case}.json"
         if rank:
             torch.manual_seed(100 + rank)  # another init than rank 0's: the broadcast fixes it
             model = spec.build()

@@ -71,14 +71,20 @@ def torchrun_env(rank: int, workers: int, port: int, **extra: str) -> dict[str, 
 
 
 def run_torchrun_job(
-    out_dir: Path, cases: list[str], workers: int, steps: int, timeout_s: float = 240
+    out_dir: Path,
+    cases: list[str],
+    workers: int,
+    steps: int,
+    timeout_s: float = 240,
+    **extra_env: str,
 ) -> tuple[dict[str, list[Params]], list[str]]:
     """Every case as a job of `workers` processes started as torchrun would: each rank's
     saved parameters per case, and each rank's output."""
     out_dir.mkdir(parents=True, exist_ok=True)
     port = free_port_block()
     procs = [subprocess.Popen([*WORKER, str(out_dir), str(steps), *cases], cwd=REPO,
-                              env=torchrun_env(rank, workers, port), stdout=subprocess.PIPE,
+                              env=torchrun_env(rank, workers, port, **extra_env),
+                              stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
              for rank in range(workers)]  # fmt: skip
     outputs = []

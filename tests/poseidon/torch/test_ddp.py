@@ -6,6 +6,7 @@ killed worker ends the others within 10 s naming it; bad settings are clear erro
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import subprocess
@@ -93,6 +94,23 @@ def test_poseidon_plan_prints_the_plan_the_job_ran(job_root):
                              check=True, timeout=60).stdout.strip()  # fmt: skip
     assert printed == ran
     assert " SFB" in printed and " PS" in printed  # both schemes: "auto" is really hybrid
+
+
+def test_the_timeline_shows_each_round_start_when_its_backward_ends(tmp_path):
+    """WFBP is real: with sync poseidon the top layer's round starts before the backward of
+    the layer below it ends; with ps-nooverlap every round starts after the whole backward."""
+    run_torchrun_job(tmp_path, ["auto", "nooverlap"], 2, 3, TIMELINE_DIR=str(tmp_path))
+    for case, overlaps in (("auto", True), ("nooverlap", False)):
+        trace = json.loads((tmp_path / f"trace.{case}.0.json").read_text())["traceEvents"]
+        last = max(e["args"]["iteration"] for e in trace if e.get("cat") == "sync")
+        spans = {(e["cat"], e["name"]): e for e in trace
+                 if e.get("args", {}).get("iteration") == last}  # fmt: skip
+        top_sync = spans[("sync", "4")]["ts"]
+        bottom_backward = spans[("compute", "backward 0")]
+        bottom_end = bottom_backward["ts"] + bottom_backward["dur"]
+        assert (top_sync < bottom_end) == overlaps, (case, top_sync, bottom_end)
+        assert {("sync", u) in spans for u in ("0", "2", "4")} == {True}
+        assert spans[("sync", "2")]["args"]["bytes_sent"] > 0
 
 
 def test_poseidon_launch_runs_the_same_script(tmp_path):
