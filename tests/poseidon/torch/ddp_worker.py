@@ -26,8 +26,9 @@ from tests.poseidon.torch.models import CASES, GLOBAL_BATCH, batches
 def train_case(case: str, steps: int, out_dir: Path, rank: int, size: int,
                distributed: bool) -> None:  # fmt: skip
     spec = CASES[case]
+    device = torch.device(os.environ.get("DEVICE", "cpu"))  # the CUDA tests: DEVICE=cuda
     torch.manual_seed(0)
-    model = spec.build()
+    model = spec.build().to(device)
     if distributed:
         import poseidon.torch
 
@@ -35,7 +36,7 @@ def train_case(case: str, steps: int, out_dir: Path, rank: int, size: int,
             os.environ["POSEIDON_TIMELINE"] = f"{os.environ['TIMELINE_DIR']}/trace.{case}.json"
         if rank:
             torch.manual_seed(100 + rank)  # another init than rank 0's: the broadcast fixes it
-            model = spec.build()
+            model = spec.build().to(device)
         net = poseidon.torch.DistributedDataParallel(model, **spec.ddp_kwargs)
     else:
         net = model
@@ -44,6 +45,7 @@ def train_case(case: str, steps: int, out_dir: Path, rank: int, size: int,
     emulated = int(os.environ.get("REFERENCE_WORKERS", "1"))
     per_rank = GLOBAL_BATCH // size
     for step, (x, y) in enumerate(batches(steps, spec)):
+        x, y = x.to(device), y.to(device)
         if distributed:
             print(f"{case} step {step}", flush=True)  # the fault tests wait for these
         rows = slice(rank * per_rank, (rank + 1) * per_rank)
