@@ -5,8 +5,9 @@ called like torch.nn.parallel.DistributedDataParallel.
     loss = loss_fn(model(x), y); loss.backward()     # .grad holds the mean over the workers
     optimizer.step()
 
-Note [when gradients move]. Each parameter's post-accumulate-grad hook counts it done; when
-every parameter of a unit is (poseidon/torch/units.py), the unit's round starts at once —
+Note [when gradients move]. Each parameter's post-accumulate-grad hook counts it done (an SFB
+Linear's output gradient does, Note [factor capture] in factor_capture.py); when every
+parameter of a unit is (poseidon/torch/units.py), the unit's round starts at once —
 while backward goes on with the layers below it (WFBP) — and the send queue puts lower
 layers first on the wire. The first hook of a backward also queues a callback for its end,
 which starts the units that had no gradient (unused parameters: the job never waits for
@@ -40,6 +41,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from poseidon import _C
+from poseidon.config import PLAN_SYNC_MODES
 from poseidon.timeline import Timeline
 from poseidon.torch.broadcast import Broadcaster
 from poseidon.torch.factor_capture import LinearCapture
@@ -53,7 +55,7 @@ from poseidon.torch.session import Session, join
 from poseidon.torch.unit_sync import UnitSync
 from poseidon.torch.units import SyncUnit, measure_linear_rows, sync_units
 
-SYNC_MODES = ("poseidon", "wfbp", "ps-nooverlap")
+SYNC_MODES = PLAN_SYNC_MODES  # the modes with a HybComm plan: all but "allreduce"
 WAIT_MODES = ("backward", "step")
 _live: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 
@@ -61,8 +63,9 @@ _live: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 class DistributedDataParallel(nn.Module):
     """A drop-in for torch.nn.parallel.DistributedDataParallel over Poseidon's comm core.
 
-    DDP's arguments are accepted; those with no meaning here must keep their defaults
-    (process_group: the job is every worker; bucket_cap_mb: chunks are POSEIDON_CHUNK_BYTES).
+    DDP's arguments are accepted: process_group must be None (the job is every worker),
+    device_ids name one device at most; bucket_cap_mb (chunks are POSEIDON_CHUNK_BYTES),
+    find_unused_parameters (always handled), static_graph and the rest are ignored.
     Poseidon's own: `sync` (POSEIDON_SYNC: poseidon = WFBP + HybComm, wfbp = all PS,
     ps-nooverlap = all PS after the whole backward), `scheme` / `layer_schemes` (force PS or
     SFB, as POSEIDON_SCHEME / POSEIDON_LAYER_SCHEMES), `wait` (Note [when gradients move]),

@@ -64,6 +64,10 @@ def main() -> int:
     distributed = "WORLD_SIZE" in os.environ or "POSEIDON_ROLE" in os.environ
     rank = int(os.environ.get("RANK", os.environ.get("POSEIDON_RANK", "0")))
     size = int(os.environ.get("WORLD_SIZE", os.environ.get("POSEIDON_NUM_WORKERS", "1")))
+    if os.environ.get("INIT_PROCESS_GROUP"):  # the token then comes through torch.distributed
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
     for case in cases:
         train_case(case, steps, out_dir, rank, size, distributed)
     return 0

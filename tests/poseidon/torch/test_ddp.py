@@ -113,6 +113,17 @@ def test_the_timeline_shows_each_round_start_when_its_backward_ends(tmp_path):
         assert spans[("sync", "2")]["args"]["bytes_sent"] > 0
 
 
+def test_a_process_group_of_the_script_carries_the_token(tmp_path):
+    """A script that called torch.distributed.init_process_group: the job uses its group to
+    agree on the token (no store of its own), and trains the same."""
+    reference = run_reference(tmp_path / "reference", ["sfb", "ps"], STEPS)
+    results, _ = run_torchrun_job(tmp_path / "job", ["sfb", "ps"], 2, STEPS,
+                                  INIT_PROCESS_GROUP="1")  # fmt: skip
+    for case in ("sfb", "ps"):
+        for name, expected in reference[case].items():
+            np.testing.assert_allclose(results[case][1][name], expected, rtol=0, atol=TOLERANCE)
+
+
 def test_poseidon_launch_runs_the_same_script(tmp_path):
     out = tmp_path / "launch"
     out.mkdir()
