@@ -20,6 +20,8 @@ the global batch. The bench checks the targets of issue 12 and prints them.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import re
 import statistics
@@ -51,12 +53,19 @@ def clean_env(**changes: str) -> dict[str, str]:
     return {**env, "OMP_NUM_THREADS": "1", "POSEIDON_TIMEOUT_MS": "600000", **changes}
 
 
-def start(commands: list[list[str]], envs: list[dict[str, str]], what: str) -> list[str]:
-    """Run the ranks' commands to their end; their outputs (an error names the job)."""
+def start(commands: list[list[str]], envs: list[dict[str, str]], what: str,
+          done: re.Pattern[str] | None = None) -> list[str]:  # fmt: skip
+    """Run the ranks' commands to their end; their outputs (an error names the job). A rank
+    that printed `done` and then failed did so tearing down: said, not fatal (gloo with the
+    PowerSGD hook was seen to abort at exit, "terminate called without an active exception",
+    after its measurement)."""
     processes = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True) for c, e in zip(commands, envs)]  # fmt: skip
     outputs = [p.communicate(timeout=TIMEOUT_S)[0] for p in processes]
-    if any(p.returncode for p in processes):
+    failed = [r for r, p in enumerate(processes) if p.returncode]
+    if failed and done is not None and all(done.search(o) for o in outputs):
+        print(f"    ({what}: rank(s) {failed} failed after measuring, at teardown)", flush=True)
+    elif failed:
         raise RuntimeError(f"{what} failed:\n" + "\n".join(o[-3000:] for o in outputs))
     return outputs
 
@@ -79,7 +88,7 @@ def run(system: str, model: str, workers: int, cluster: EmulatedHosts | None,
         commands.append([*prefix, sys.executable, WORKER, system, model, str(BATCH[model]),
                          str(args.warmup), str(args.iters)])  # fmt: skip
         envs.append(rank_env(rank, workers, port, cluster))
-    return start(commands, envs, f"{system} {model} P={workers}")
+    return start(commands, envs, f"{system} {model} P={workers}", RESULT)
 
 
 def throughput(system: str, model: str, workers: int, cluster, args) -> float:
@@ -90,27 +99,46 @@ def throughput(system: str, model: str, workers: int, cluster, args) -> float:
     return min(rates) * workers  # the job runs at its slowest worker's pace
 
 
-def measure(args) -> dict[tuple[str, int, str, int], float]:
-    cells: dict[tuple[str, int, str, int], float] = {}
+def measure(args) -> dict[tuple[str, float, str, int], float]:
+    """Every cell (model, rate, system, workers): samples/s, the median of --rounds runs; NaN
+    for a cell that failed (its error is printed, the rest goes on). P = 1 moves nothing over
+    the network: measured once, at the first rate, and shown for every rate."""
+    cells: dict[tuple[str, float, str, int], float] = {}
     for rate in args.rates_mbit:
         for workers in args.workers:
-            cluster = EmulatedHosts(workers, rate * 1e6).__enter__()
-            try:
+            if workers == 1 and rate != args.rates_mbit[0]:
+                for key in [k for k in cells if k[1] == args.rates_mbit[0] and k[3] == 1]:
+                    cells[(key[0], rate, key[2], 1)] = cells[key]
+                continue
+            with EmulatedHosts(workers, rate * 1e6) as cluster:
                 for model in args.models:
-                    samples: dict[str, list[float]] = {s: [] for s in SYSTEMS}
-                    for round_ in range(args.rounds):
-                        order = SYSTEMS if round_ % 2 == 0 else tuple(reversed(SYSTEMS))
-                        for system in order:
-                            samples[system].append(throughput(system, model, workers, cluster,
-                                                              args))  # fmt: skip
-                    for system in SYSTEMS:
-                        cells[(model, rate, system, workers)] = statistics.median(samples[system])
-                    row = "  ".join(f"{s} {cells[(model, rate, s, workers)]:9.1f}"
-                                    for s in SYSTEMS)  # fmt: skip
-                    print(f"  {rate:g} Mbit/s P={workers} {model:11} {row}", flush=True)
-            finally:
-                cluster.__exit__(None, None, None)
+                    measure_cell(cells, model, rate, workers, cluster, args)
+            if args.out:
+                save(cells, args.out)
     return cells
+
+
+def measure_cell(cells, model: str, rate: float, workers: int, cluster, args) -> None:  # type: ignore[no-untyped-def]
+    samples: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    for round_ in range(args.rounds):
+        order = SYSTEMS if round_ % 2 == 0 else tuple(reversed(SYSTEMS))
+        for system in order:
+            try:
+                samples[system].append(throughput(system, model, workers, cluster, args))
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                print(f"    {system} {model} P={workers} {rate:g} Mbit/s: {e}"[:3000], flush=True)
+    for system in SYSTEMS:
+        got = samples[system]
+        cells[(model, rate, system, workers)] = statistics.median(got) if got else math.nan
+    row = "  ".join(f"{s} {cells[(model, rate, s, workers)]:9.1f}" for s in SYSTEMS)
+    print(f"  {rate:g} Mbit/s P={workers} {model:11} {row}", flush=True)
+
+
+def save(cells, path: str) -> None:  # type: ignore[no-untyped-def]
+    rows = [{"model": m, "rate_mbit": r, "system": s, "workers": p, "samples_per_s": v}
+            for (m, r, s, p), v in sorted(cells.items())]  # fmt: skip
+    with open(path, "w") as f:
+        json.dump(rows, f, indent=1)
 
 
 def table(cells, args) -> str:
@@ -179,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--loss-steps", type=int, default=100)
+    parser.add_argument("--out", help="write every cell to this JSON file as it is measured")
     args = parser.parse_args(argv)
     args.models = args.models.split(",")
     args.workers = [int(p) for p in args.workers.split(",")]
@@ -207,15 +236,13 @@ def main(argv: list[str] | None = None) -> int:
         verdicts.append(f"wait='step' / wait='backward' at P={p}: {min(step):.2f}x .. "
                         f"{max(step):.2f}x over the models and links")  # fmt: skip
     if args.loss_steps:
-        deviation = loss_curves(args)
-        print(
-            f"loss curves, fc on digits, P={p}, {args.loss_steps} steps: largest |loss - "
-            f"one process on the global batch| (final loss {deviation['final single']:.4f})"
-        )
-        for system in SYSTEMS:
-            print(f"  {system:12} {deviation[system]:.2e}")
-        verdicts.append(f"poseidon matches one process to {deviation['poseidon']:.1e} -> "
-                        f"{'met' if deviation['poseidon'] < 1e-4 else 'MISSED'}")  # fmt: skip
+        curves = loss_curves(args)
+        report, exact = loss_report(curves)
+        print(f"loss curves, fc on digits, P={p}: |loss - one process on the global batch| "
+              f"(its loss: {curves['single'][0]:.3f} at step 1, {curves['single'][-1]:.4f} at "
+              f"step {args.loss_steps})\n{report}")  # fmt: skip
+        verdicts.append("poseidon follows one process within DDP's own float drift -> "
+                        f"{'met' if exact else 'MISSED'}")  # fmt: skip
     print("\n".join(verdicts))
     print(f"{time.time() - started:.0f} s in all")
     return 0
