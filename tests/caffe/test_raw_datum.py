@@ -30,7 +30,7 @@ def test_pixels_and_label_are_protobufs(shape, label):
 
 def test_fields_in_any_order_are_read():
     pixels = bytes(range(24))
-    record = (datum(label=3) + datum(data=pixels) + datum(width=4, channels=2) + datum(height=3))
+    record = datum(label=3) + datum(data=pixels) + datum(width=4, channels=2) + datum(height=3)
     view = raw_datum_view(record)  # protobuf merges concatenated messages the same way
     assert view is not None and view.label == 3 and view.pixels.shape == (2, 3, 4)
 
