@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# The build stage of docker/Dockerfile.cpu and docker/Dockerfile.cuda, one step per image
+# The build stages of docker/Dockerfile.cpu and docker/Dockerfile.cuda, one step per image
 # layer, so that both files build the same way from any Debian-like base with Python 3.11:
 #   build.sh tools     a C++ compiler and Python's headers, unless the base has them
-#   build.sh deps      /opt/build-env (the build backend, Makefile's BUILD_DEPS) and the
-#                      runtime venv /opt/poseidon (torch, then pyproject.toml's dependencies)
-#   build.sh project   the wheel of the sources in /src, installed into /opt/poseidon
+#   build.sh backend   the build backend (Makefile's BUILD_DEPS) in /opt/build-env
+#   build.sh wheel     the project's wheel from the sources in /src, into /wheels
+#   build.sh deps      the runtime venv /opt/poseidon: torch, then pyproject.toml's
+#                      dependencies (and extras)
+#   build.sh install   the wheel from /wheels into /opt/poseidon, without dependencies
+# The wheel holds no torch, so the CPU and CUDA images share its layers (the C++ build).
 # Settings come as build args: TORCH (the requirement for torch, installed first so that
 # the project's range never picks another build), EXTRAS (pyproject.toml extras), and pip's
 # own PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_CERT, which pip reads from the
 # environment.
 set -euo pipefail
 here="$(dirname "$0")"
-: "${TORCH:?set the TORCH build arg}" "${EXTRAS=}"
 # A build arg that was not given is an empty variable, and pip reads an empty
 # PIP_INDEX_URL as an index at "": drop the empty ones.
 for name in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT; do
@@ -19,7 +21,7 @@ for name in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT; do
 done
 export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-requirements() {  # one per array element: they hold no spaces, but '<' and ',' are shell-safe only quoted
+requirements() {  # into REQS, one per element ('<' and ',' in them are shell-safe only quoted)
   mapfile -t REQS < <(python3 "$here/requirements.py" "$here/pyproject.toml" "$@")
 }
 
@@ -37,10 +39,17 @@ sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Pyth
       rm -rf /var/lib/apt/lists/*
     fi
     ;;
-  deps)
+  backend)
     requirements build
     python3 -m venv /opt/build-env
     /opt/build-env/bin/pip install -q "${REQS[@]}" cmake ninja
+    ;;
+  wheel)
+    # --no-build-isolation: the backend just installed, not a fresh download per build.
+    /opt/build-env/bin/pip wheel -q --no-build-isolation --no-deps -w /wheels /src
+    ;;
+  deps)
+    : "${TORCH:?set the TORCH build arg}" "${EXTRAS=}"
     requirements run "$EXTRAS"
     python3 -m venv /opt/poseidon
     /opt/poseidon/bin/pip install -q "$TORCH" "${REQS[@]}"
@@ -50,16 +59,13 @@ sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Pyth
     rm -rf "$torch_dir/test" "$torch_dir/include"
     find "$torch_dir/bin" -maxdepth 1 -type f ! -name torch_shm_manager -delete
     ;;
-  project)
-    # --no-build-isolation: the backend of /opt/build-env, not a fresh download per build.
-    /opt/build-env/bin/pip wheel -q --no-build-isolation --no-deps -w /tmp/wheels /src
-    /opt/poseidon/bin/pip install -q --no-deps /tmp/wheels/*.whl
-    rm -rf /tmp/wheels
+  install)
+    /opt/poseidon/bin/pip install -q --no-deps /wheels/*.whl
     # Fail the build, not the first run, when the comm core or the schema did not make it.
     /opt/poseidon/bin/python -c 'import caffe.proto.caffe_pb2, poseidon._C'
     ;;
   *)
-    echo "usage: $0 tools|deps|project" >&2
+    echo "usage: $0 tools|backend|wheel|deps|install" >&2
     exit 2
     ;;
 esac

@@ -9,7 +9,7 @@
 #    container; trains LeNet to >= 97%; then again, killing worker 1 mid-run: every other
 #    container must exit within 10 s, naming it.
 # --cuda also builds docker/Dockerfile.cuda (torch's CUDA wheels: GB, minutes) and checks
-# that `caffe device_query` in it says plainly that there is no GPU. TORCH=... picks torch.
+# that `caffe device_query` in it says plainly that there is no GPU.
 # Exit status: 0 passed, 1 failed, 77 skipped (not root, or podman cannot be had or run
 # here; the reason on the last line). Everything the run starts or writes is removed at the
 # end, also on failure or Ctrl-C; so are the images it built, unless --keep-images.
@@ -125,32 +125,36 @@ say "run $RUN_ID in $WORK; podman $(podman version --format '{{.Client.Version}}
 
 # pip's settings here (environment, else pip's configuration), handed to the builds so that
 # pip in the image finds what pip here finds; local wheels and indexes are mounted read-only
-# at the same paths, and the certificates pip here trusts are trusted there.
+# at the same paths, and the certificates pip here trusts are trusted there. The CUDA build
+# gets no find-links: a local CPU wheel of torch (2.13.0+cpu) would win over the registry's
+# CUDA build of the same version (a local version label sorts higher).
 BUILD_FLAGS=(--format docker --network host --label "$LABEL" --build-arg "POSEIDON_TEST_RUN=$RUN_ID"
              -v /etc/ssl/certs:/etc/ssl/certs:ro)
 pip_setting() {  # pip_setting ENV_NAME CONFIG_KEY
   if [ -n "${!1:-}" ]; then echo "${!1}"; return; fi
   python3 -m pip config get "$2" 2>/dev/null || true
 }
-mounted=(/etc/ssl/certs)
-mount_local() {  # a local path or file:// URL is mounted; an index's .../simple by its parent
+mount_flags() {  # a local path or file:// URL is mounted; an index's .../simple by its parent
   local path="${1#file://}"
   case "$path" in /*) ;; *) return ;; esac
   [ "$(basename "$path")" != simple ] || path="$(dirname "$path")"
   [ -d "$path" ] || path="$(dirname "$path")"
-  case " ${mounted[*]} " in *" $path "*) return ;; esac
-  mounted+=("$path")
-  BUILD_FLAGS+=(-v "$path:$path:ro")
+  echo "$path:$path:ro"
 }
+CUDA_BUILD_FLAGS=("${BUILD_FLAGS[@]}")
 for setting in PIP_INDEX_URL:global.index-url PIP_EXTRA_INDEX_URL:global.extra-index-url \
                PIP_FIND_LINKS:global.find-links PIP_CERT:global.cert; do
   name="${setting%%:*}"
   value="$(pip_setting "$name" "${setting#*:}" | tr '\n' ' ' | sed 's/ *$//')"
   [ -n "$value" ] || continue
-  BUILD_FLAGS+=(--build-arg "$name=$value")
-  for entry in $value; do mount_local "$entry"; done
+  flags=(--build-arg "$name=$value")
+  for entry in $value; do
+    mount="$(mount_flags "$entry")"
+    if [ -n "$mount" ] && [ "$mount" != /etc/ssl/certs:/etc/ssl/certs:ro ]; then flags+=(-v "$mount"); fi
+  done
+  BUILD_FLAGS+=("${flags[@]}")
+  [ "$name" = PIP_FIND_LINKS ] || CUDA_BUILD_FLAGS+=("${flags[@]}")
 done
-[ -z "${TORCH:-}" ] || BUILD_FLAGS+=(--build-arg "TORCH=$TORCH")
 
 # ----- 1. the base --------------------------------------------------------------------------
 if [ -n "${BASE:-}" ]; then
@@ -292,10 +296,12 @@ say "$(grep -m 1 'aborting the job' <<<"$(logs "$(container "$kill" coordinator)
 if [ "$CUDA" = 1 ]; then
   cuda_image="localhost/$RUN_ID/poseidon:cuda"
   start=$SECONDS
-  step build-cuda 3600 podman build "${BUILD_FLAGS[@]}" --build-arg "BASE=$BASE" \
+  step build-cuda 3600 podman build "${CUDA_BUILD_FLAGS[@]}" --build-arg "BASE=$BASE" \
     -f "$REPO/docker/Dockerfile.cuda" -t "$cuda_image" "$REPO"
   say "image $cuda_image: $(size "$cuda_image"), built in $((SECONDS - start)) s"
-  step cuda-torch 120 "${IN_IMAGE[@]}" "$cuda_image" python -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)'
+  step cuda-torch 120 "${IN_IMAGE[@]}" "$cuda_image" python -c 'import torch
+print("torch", torch.__version__, "for CUDA", torch.version.cuda)
+assert torch.version.cuda, "a CPU build of torch"'
   say "$(tail -n 1 "$WORK/cuda-torch.log")"
   # No GPU here: device_query must say so and fail, not crash.
   status=0
