@@ -134,7 +134,7 @@ pip_setting() {  # pip_setting ENV_NAME CONFIG_KEY
   if [ -n "${!1:-}" ]; then echo "${!1}"; return; fi
   python3 -m pip config get "$2" 2>/dev/null || true
 }
-mount_flags() {  # a local path or file:// URL is mounted; an index's .../simple by its parent
+mount_spec() {  # a local path or file:// URL is mounted; an index's .../simple by its parent
   local path="${1#file://}"
   case "$path" in /*) ;; *) return ;; esac
   [ "$(basename "$path")" != simple ] || path="$(dirname "$path")"
@@ -149,7 +149,7 @@ for setting in PIP_INDEX_URL:global.index-url PIP_EXTRA_INDEX_URL:global.extra-i
   [ -n "$value" ] || continue
   flags=(--build-arg "$name=$value")
   for entry in $value; do
-    mount="$(mount_flags "$entry")"
+    mount="$(mount_spec "$entry")"
     if [ -n "$mount" ] && [ "$mount" != /etc/ssl/certs:/etc/ssl/certs:ro ]; then flags+=(-v "$mount"); fi
   done
   BUILD_FLAGS+=("${flags[@]}")
