@@ -183,6 +183,10 @@ say "image $IMAGE: $(size "$IMAGE"), built in $((SECONDS - start)) s (base $(siz
 IN_IMAGE=(podman run --rm --no-healthcheck --label "$LABEL")
 step version 120 "${IN_IMAGE[@]}" --name "$RUN_ID-version" "$IMAGE" sh -c 'caffe --version && poseidon --help'
 grep -q "caffe version" "$WORK/version.log" || fail "caffe --version printed no version"
+# The health check must not pass a node that does not listen (the compose test sees it pass).
+status=0
+"${IN_IMAGE[@]}" -e POSEIDON_ROLE=worker "$IMAGE" python /opt/poseidon/healthcheck.py >/dev/null || status=$?
+[ "$status" = 1 ] || fail "the health check gave $status, not 1, for a worker that does not listen"
 step demo 900 "${IN_IMAGE[@]}" --name "$RUN_ID-demo" "$IMAGE" poseidon demo
 say "$(grep '\[demo\] final test accuracy' "$WORK/demo.log")"
 
