@@ -5,7 +5,7 @@ side by side.
 
     sudo .venv/bin/python bench/torch_vs_ddp.py [--models fc,transformer,vgg]
         [--workers 1,2,4] [--rates-mbit 100,1000] [--warmup 3] [--iters 6] [--rounds 2]
-        [--loss-steps 100]
+        [--loss-steps 100] [--batch fc=32,transformer=8,vgg=16]
 
 Models (bench/torch_vs_ddp_worker.py): fc, the FC-heavy digits classifier of
 examples/pytorch/mlp_digits.py (32 images per worker); transformer, the language model of
@@ -85,7 +85,7 @@ def run(system: str, model: str, workers: int, cluster: EmulatedHosts | None,
     commands, envs = [], []
     for rank in range(workers):
         prefix = cluster.exec_prefix(rank) if cluster is not None else []
-        commands.append([*prefix, sys.executable, WORKER, system, model, str(BATCH[model]),
+        commands.append([*prefix, sys.executable, WORKER, system, model, str(args.batch[model]),
                          str(args.warmup), str(args.iters)])  # fmt: skip
         envs.append(rank_env(rank, workers, port, cluster))
     return start(commands, envs, f"{system} {model} P={workers}", RESULT)
@@ -167,7 +167,7 @@ def loss_curves(args: argparse.Namespace) -> dict[str, np.ndarray]:
     with tempfile.TemporaryDirectory() as directory:
         for system in ("single", *SYSTEMS):
             count = 1 if system == "single" else workers
-            batch = BATCH["fc"] * (workers if system == "single" else 1)
+            batch = args.batch["fc"] * (workers if system == "single" else 1)
             files = [os.path.join(directory, f"{system}.{r}.npy") for r in range(count)]
             commands = [[sys.executable, WORKER, system, "fc", str(batch), "0",
                          str(args.loss_steps), f] for f in files]  # fmt: skip
@@ -198,6 +198,18 @@ def loss_report(curves: dict[str, np.ndarray]) -> tuple[str, bool]:
     return "\n".join(lines), exact
 
 
+def parse_batches(parser: argparse.ArgumentParser, text: str) -> dict[str, int]:
+    """--batch fc=8,vgg=4 -> {"fc": 8, "vgg": 4}; a bad item is a usage error naming it."""
+    batches = {}
+    for item in filter(None, text.split(",")):
+        model, _, count = item.partition("=")
+        if model not in BATCH or not count.isdigit() or int(count) < 1:
+            parser.error(f"--batch: {item!r} is not MODEL=N with MODEL one of {sorted(BATCH)}"
+                         " and N >= 1")  # fmt: skip
+        batches[model] = int(count)
+    return batches
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="fc,transformer,vgg")
@@ -207,11 +219,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--loss-steps", type=int, default=100)
+    parser.add_argument("--batch", default="", metavar="MODEL=N[,MODEL=N]",
+                        help="per-worker batch (default: " +
+                        ",".join(f"{m}={n}" for m, n in BATCH.items()) + ")")  # fmt: skip
     parser.add_argument("--out", help="write every cell to this JSON file as it is measured")
     args = parser.parse_args(argv)
     args.models = args.models.split(",")
     args.workers = [int(p) for p in args.workers.split(",")]
     args.rates_mbit = [float(r) for r in args.rates_mbit.split(",")]
+    args.batch = {**BATCH, **parse_batches(parser, args.batch)}
     started = time.time()
     cells = measure(args)
     print()
@@ -221,14 +237,14 @@ def main(argv: list[str] | None = None) -> int:
     if "fc" in args.models and p > 1:
         ddp = cells[("fc", slow, "poseidon", p)] / cells[("fc", slow, "ddp", p)]
         psgd = cells[("fc", slow, "poseidon", p)] / cells[("fc", slow, "powersgd-4", p)]
-        verdicts += [f"fc, P={p}, {slow:g} Mbit/s: poseidon/ddp {ddp:.2f}x (target >= 1.3) -> "
+        verdicts += [f"fc, P={p}, {slow:g} Mbit/s: poseidon/ddp {ddp:.3f}x (target >= 1.3) -> "
                      f"{'met' if ddp >= 1.3 else 'MISSED'}",
-                     f"fc, P={p}, {slow:g} Mbit/s: poseidon/powersgd-4 {psgd:.2f}x (target >= "
+                     f"fc, P={p}, {slow:g} Mbit/s: poseidon/powersgd-4 {psgd:.3f}x (target >= "
                      f"1.0) -> {'met' if psgd >= 1.0 else 'MISSED'}"]  # fmt: skip
     if "transformer" in args.models and p > 1:
         ratio = min(cells[("transformer", r, "poseidon", p)] / cells[("transformer", r, "ddp", p)]
                     for r in args.rates_mbit)  # fmt: skip
-        verdicts.append(f"transformer, P={p}, worst link: poseidon/ddp {ratio:.2f}x (target >= "
+        verdicts.append(f"transformer, P={p}, worst link: poseidon/ddp {ratio:.3f}x (target >= "
                         f"0.95) -> {'met' if ratio >= 0.95 else 'MISSED'}")  # fmt: skip
     if "fc" in args.models and p > 1:
         step = [cells[(m, r, "poseidon-step", p)] / cells[(m, r, "poseidon", p)]

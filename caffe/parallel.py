@@ -45,7 +45,6 @@ import contextlib
 import functools
 import logging
 import math
-import re
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -66,6 +65,7 @@ from caffe.sync_layout import SyncLayer, sync_layout
 from caffe.sync_staging import GradientStaging, to_host_async
 from poseidon import _C, rendezvous
 from poseidon.config import PLAN_SYNC_MODES, SettingError
+from poseidon.failures import explain as explain_failure
 from poseidon.plan import layer_specs
 from poseidon.timeline import Timeline
 
@@ -92,13 +92,7 @@ def comm_errors(function: F) -> F:
 
 def _explain(error: poseidon.CommError) -> str:
     """The comm core's message, plus which worker a dead colocated shard lived with."""
-    message = str(error)
-    peer = str(getattr(error, "peer", ""))
-    match = re.match(r"server (\d+)\b", peer)
-    if match and int(match.group(1)) < _colocated_shards:
-        rank = match.group(1)
-        message += f" [shard {rank} ran inside worker {rank}'s process]"
-    return message
+    return explain_failure(error, _colocated_shards)
 
 
 @dataclass

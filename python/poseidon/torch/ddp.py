@@ -42,6 +42,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from poseidon import _C
 from poseidon.config import PLAN_SYNC_MODES
+from poseidon.failures import naming_the_process
 from poseidon.timeline import Timeline
 from poseidon.torch.broadcast import Broadcaster
 from poseidon.torch.factor_capture import LinearCapture
@@ -184,7 +185,19 @@ class DistributedDataParallel(nn.Module):
         if self.rank == 0:  # as the Caffe path does: what each layer moves, and how
             print(f"[poseidon] {self.num_workers} workers, sync mode {self.session.config.sync}"
                   f"\n{format_torch_plan(self.plan)}", file=sys.stderr, flush=True)  # fmt: skip
-        self.broadcaster.from_rank0(state_tensors(self.module))
+        with self._peers_named():
+            self.broadcaster.from_rank0(state_tensors(self.module))
+
+    @contextlib.contextmanager
+    def _peers_named(self) -> Iterator[None]:
+        """A peer failure raised inside names a lost colocated shard's worker too (shard r
+        runs inside rank r's process: either connection may be the first seen to close)."""
+        config = self.session.config
+        colocated = min(config.num_workers, config.num_servers) if config.colocate else 0
+        try:
+            yield
+        except _C.CommError as e:
+            raise naming_the_process(e, colocated) from None
 
     # ----- hooks ----------------------------------------------------------------------------
     def _attach(self) -> None:
@@ -268,10 +281,11 @@ class DistributedDataParallel(nn.Module):
         if not self._pending:
             return
         self._pending = False
-        for sync in self.syncs:
-            sync.finish(self.num_workers, self.timeline)
-            if sync.factors is not None:
-                sync.factors.waiting.clear()  # inputs of forwards that had no backward
+        with self._peers_named():
+            for sync in self.syncs:
+                sync.finish(self.num_workers, self.timeline)
+                if sync.factors is not None:
+                    sync.factors.waiting.clear()  # inputs of forwards that had no backward
         self.iteration += 1
 
     # ----- nn.Module -----------------------------------------------------------------------
@@ -284,7 +298,8 @@ class DistributedDataParallel(nn.Module):
         if self.broadcast_buffers and self.module.training:
             buffers = list(self.module.buffers())
             if buffers:
-                self.broadcaster.from_rank0(buffers)
+                with self._peers_named():
+                    self.broadcaster.from_rank0(buffers)
         if self.timeline is None:
             return self.module(*args, **kwargs)
         start = self.timeline.now_us()
