@@ -233,6 +233,18 @@ class Blob:
         self._data_view = tensor
         return old
 
+    @property
+    def has_diff(self) -> bool:
+        """Whether diff memory exists: a diff nothing has written or read yet is not
+        allocated, and reads as zeros when first asked for."""
+        return self._diff is not None
+
+    def memory(self) -> tuple[SyncedTensor | None, SyncedTensor | None]:
+        """The memory behind data and diff (None where none is allocated yet), for
+        accounting: reading it allocates nothing, unlike `data_tensor` and `diff_tensor`.
+        Blobs that share a half return the same object for it."""
+        return self._data, self._diff
+
     def shares_data_with(self, other: Blob) -> bool:
         """Whether this blob already is `other`'s data memory in `other`'s shape."""
         return self._data is not None and self._data is other._data and self._shape == other._shape

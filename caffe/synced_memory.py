@@ -34,6 +34,11 @@ class SyncedTensor:
     def capacity(self) -> int:
         return self._device.numel()
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes on the compute device (a host mirror, on CUDA, is as large again)."""
+        return self._device.nbytes
+
     def device(self) -> torch.Tensor:
         """The flat compute tensor; marks the device copy as the newest."""
         if not self.on_cpu:
