@@ -160,7 +160,7 @@ class BaseConvolutionLayer(Layer):
         for x_blob, y_blob in zip(bottom, top):
             x = x_blob.data_tensor.view(self._bottom_view)
             if self._chunks is None:
-                y_blob.set_data(self._convolve(x).view(y_blob.shape_tuple))
+                y_blob.take_data(self._convolve(x).view(y_blob.shape_tuple))
                 continue
             y = y_blob.data_tensor.view(self._top_view)
             for start, end in self._chunks:
@@ -184,7 +184,7 @@ class BaseConvolutionLayer(Layer):
             if self._chunks is None:
                 dx = self._backward_chunk(dy, x, mask)
                 if need_bottom:
-                    x_blob.set_diff(dx.view(x_blob.shape_tuple))
+                    x_blob.take_diff(dx.view(x_blob.shape_tuple))
                 continue
             dx_rows = x_blob.diff_tensor.view(self._bottom_view) if need_bottom else None
             for start, end in self._chunks:

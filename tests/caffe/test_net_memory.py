@@ -76,6 +76,28 @@ def test_views_taken_before_forward_and_backward_see_the_results():
     assert not np.allclose(taken["prob"][0], before)
 
 
+def test_the_same_values_whether_or_not_views_pin_the_memory():
+    """Unwatched, a convolution's top adopts its kernel's output (Note [taking fresh
+    tensors]); watched, it is written in place: the values are the same."""
+    results = []
+    for watch in (False, True):
+        caffe.set_random_seed(7)
+        net = build()
+        taken = views(net) if watch else None
+        for seed in (8, 9):
+            feed(net, seed)
+            net.clear_param_diffs()
+            net.forward()
+            net.backward()
+        assert taken is None or np.shares_memory(taken["conv"][0], net.blobs["conv"].data)
+        results.append({name: (b.data.copy(), b.diff.copy()) for name, b in net.blobs.items()})
+        results[-1].update({f"{n}/{i}": (p.data.copy(), p.diff.copy())
+                            for n, ps in net.params.items() for i, p in enumerate(ps)})  # fmt: skip
+    for name, (data, diff) in results[0].items():
+        np.testing.assert_array_equal(data, results[1][name][0], err_msg=name)
+        np.testing.assert_array_equal(diff, results[1][name][1], err_msg=name)
+
+
 def test_shared_tops_are_their_bottoms_memory():
     net = build()
     feed(net, 2)
