@@ -8,8 +8,10 @@ PyTorch's convolution ops take.
 
 Forward is one `torch.convolution` call per bottom; backward is one
 `aten.convolution_backward` call per bottom that computes exactly the gradients asked
-for (bottom, weight, bias), so no autograd graph is built or kept. On CPU a call covers at
-most WORKSPACE_BYTES of activations, images at a time (Note [convolution workspace]).
+for (bottom, weight, bias), so no autograd graph is built or kept. The top's data and the
+bottom's diff take the kernels' outputs without a copy where nothing can tell (Note [taking
+fresh tensors] in caffe/blob.py). On CPU a call covers at most WORKSPACE_BYTES of
+activations, images at a time (Note [convolution workspace]).
 """
 
 from __future__ import annotations

@@ -44,10 +44,9 @@ class SyncedTensor:
         """Remember `view`, a numpy view of this memory that leaves the engine, and return
         it. Every view derived from it keeps it alive (numpy's base chain, torch.from_numpy),
         so its weak reference lives as long as anything outside can see this memory."""
-        views = self._views
-        if views and views[0]() is None:
-            views[:] = [ref for ref in views if ref() is not None]
-        views.append(weakref.ref(view))
+        live = [ref for ref in self._views if ref() is not None]  # few: the list stays short
+        live.append(weakref.ref(view))
+        self._views = live
         return view
 
     @property

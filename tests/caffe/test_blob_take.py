@@ -78,3 +78,15 @@ def test_a_blob_without_memory_takes_the_tensor():
     t = fresh(1.0)
     blob.take_diff(t)
     assert blob.has_diff and blob.diff_tensor.data_ptr() == t.data_ptr()
+
+
+def test_views_that_died_are_forgotten_while_one_lives_on():
+    blob = Blob((2, 3), device=CPU)
+    kept = blob.data
+    for _ in range(100):
+        blob.data  # noqa: B018  (a view that dies at once)
+    half = blob.memory()[0]
+    assert len(half._views) <= 2 and not half.private
+    del kept
+    gc.collect()
+    assert half.private
