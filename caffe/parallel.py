@@ -525,17 +525,8 @@ class PoseidonSync:
         sent, received = self.worker.traffic().get(s.index, (0, 0))
         delta = (sent - s.bytes_seen[0], received - s.bytes_seen[1])
         s.bytes_seen = (sent, received)
-        queued, first_send, last_receive, done = (self.timeline.from_clock_ns(t) for t in timing)
-        if timing.first_send_ns:
-            self.timeline.span(s.name, "queued", queued, first_send, iteration=s.iteration)
-            if timing.last_receive_ns:
-                self.timeline.span(s.name, "sending", first_send, last_receive,
-                                   iteration=s.iteration)  # fmt: skip
-        self.timeline.span(
-            s.name, "sync", s.submitted_us, done if timing.done_ns else done_us,
-            iteration=s.iteration, scheme=s.scheme, bytes_sent=delta[0], bytes_received=delta[1],
-        )  # fmt: skip
-        self.timeline.span(s.name, "wait", waited_us, done_us, iteration=s.iteration)
+        self.timeline.record_round(s.name, timing, s.submitted_us, waited_us, done_us,
+                                   s.iteration, s.scheme, delta)  # fmt: skip
 
 
 def worker_config() -> poseidon.Config:

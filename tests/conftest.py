@@ -50,3 +50,13 @@ def zoo_data_root(tmp_path_factory):
     for model in ZOO:
         write_stand_in_data(root, model, read_net(model.name))
     return root
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that skips without CUDA is a `cuda` test, so that `pytest -m cuda` (the GPU
+    session's bench/gpu_session.sh) runs all of them, however each file spells its skip."""
+    for item in items:
+        for mark in item.iter_markers("skipif"):
+            if "CUDA" in str(mark.kwargs.get("reason", "")):
+                item.add_marker(pytest.mark.cuda)
+                break

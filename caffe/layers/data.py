@@ -36,6 +36,7 @@ from caffe.errors import CaffeError, InputShapeError
 from caffe.layer import register_layer
 from caffe.prefetch import BatchLoader, PrefetchingDataLayer, layer_label
 from caffe.proto import caffe_pb2
+from caffe.raw_datum import raw_datum_view
 
 _log = logging.getLogger("caffe")
 _DEPRECATED_FIELDS = ("scale", "mean_file", "crop_size", "mirror")
@@ -113,7 +114,12 @@ class DatumLoader(BatchLoader):
             self.offset += 1
 
     def decode(self, key: bytes, value: bytes, contiguous: bool = True) -> tuple[np.ndarray, int]:
-        """(C×H×W array, label) of a record; runs on the decode threads (thread-safe)."""
+        """(C×H×W array, label) of a record; runs on the decode threads (thread-safe). A raw
+        uint8 record comes back as a read-only view into it (Note [raw Datum view])."""
+        if not contiguous:  # force_color/force_gray concern encoded images only
+            raw = raw_datum_view(value)
+            if raw is not None:
+                return raw.pixels, raw.label
         where = f"{self.where}: record {key.decode(errors='replace')!r} of {self.reader.path}"
         try:
             datum = caffe_pb2.Datum.FromString(value)

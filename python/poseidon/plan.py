@@ -85,9 +85,10 @@ def _mb(x: float) -> str:
     return f"{x / 1e6:.2f}"
 
 
-def format_plan(plan: Any) -> str:
+def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
     """A `_C.Plan` as a table: layer, kind, M×N weight, K, PS and SFB MB per iteration (per
-    node: a worker and a shard on it), the scheme; then the totals."""
+    node: a worker and a shard on it), the scheme; then the totals. Layers named in
+    `skip_names` are left out (poseidon.torch's broadcast unit: no traffic per iteration)."""
     from poseidon import _C
 
     kinds = {_C.LayerKind.FC: "FC", _C.LayerKind.CONV: "conv", _C.LayerKind.OTHER: "other"}
@@ -96,6 +97,8 @@ def format_plan(plan: Any) -> str:
     ps_total = hybrid = 0.0
     for lp in plan.layers:
         spec, cost = lp.spec, lp.cost
+        if spec.name in skip_names:
+            continue
         fc = spec.kind == _C.LayerKind.FC
         sfb = lp.scheme == _C.Scheme.SFB
         ps_total += cost.ps_bytes

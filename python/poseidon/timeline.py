@@ -67,6 +67,23 @@ class Timeline:
         with self._lock:
             self._events.append(event)
 
+    def record_round(self, name: str, timing: Any, submitted_us: float, waited_us: float,
+                     done_us: float, iteration: int, scheme: str,
+                     traffic: tuple[int, int]) -> None:  # fmt: skip
+        """One layer's round: `sync` from its hand-over (submitted_us) until the comm core
+        had it done, `queued` and `sending` from the core's own timestamps (`timing`, a
+        _C.HandleTiming), and `wait`, the training thread blocked on it from waited_us to
+        done_us; `traffic` is the round's (bytes sent, bytes received)."""
+        queued, first_send, last_receive, done = (self.from_clock_ns(t) for t in timing)
+        if timing.first_send_ns:
+            self.span(name, "queued", queued, first_send, iteration=iteration)
+            if timing.last_receive_ns:
+                self.span(name, "sending", first_send, last_receive, iteration=iteration)
+        self.span(name, "sync", submitted_us, done if timing.done_ns else done_us,
+                  iteration=iteration, scheme=scheme, bytes_sent=traffic[0],
+                  bytes_received=traffic[1])  # fmt: skip
+        self.span(name, "wait", waited_us, done_us, iteration=iteration)
+
     def events(self, lane: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
             return [dict(e) for e in self._events if lane is None or e["cat"] == lane]

@@ -118,13 +118,33 @@ def test_plan_flags_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture) -
     path = tmp_path / "tiny.prototxt"
     path.write_text(NET)
     assert main(["plan", "--workers", "2"]) == 2
-    assert "--solver or a --model" in capsys.readouterr().err
+    assert "--solver, a --model or a --torch model" in capsys.readouterr().err
     assert main(["plan", "--model", str(path), "--workers", "2", "--iter-size", "0"]) == 2
     assert "--iter-size must be >= 1" in capsys.readouterr().err
     assert main(["plan", "--model", str(path), "--workers", "2", "--layer-schemes", "fc9=ps"]) == 2
     assert "--layer-schemes names fc9: not a synchronised layer" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # allreduce has no HybComm plan
         main(["plan", "--model", str(path), "--workers", "2", "--sync", "allreduce"])
+
+
+def test_torch_plan_flags_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    factory = tmp_path / "factory.py"
+    factory.write_text("from torch import nn\n\ndef build():\n    return nn.Linear(4, 2)\n")
+    model = f"{factory}:build"
+    assert main(["plan", "--torch", model, "--model", "m.prototxt", "--workers", "2"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main(["plan", "--torch", model, "--workers", "2"]) == 2
+    assert "give the input's shape (--torch-input N,C,H,W)" in capsys.readouterr().err
+    assert main(["plan", "--torch", model, "--workers", "2", "--torch-input", "8,x"]) == 2
+    assert "want a shape like" in capsys.readouterr().err
+    assert main(["plan", "--torch", model, "--workers", "2", "--torch-input", "8,4:int9"]) == 2
+    assert "unknown dtype 'int9'" in capsys.readouterr().err
+    assert main(["plan", "--torch", f"{factory}:missing", "--workers", "2"]) == 2
+    assert "has no function missing" in capsys.readouterr().err
+    assert main(["plan", "--torch", "factory_only", "--workers", "2"]) == 2
+    assert "want MODULE:FUNCTION" in capsys.readouterr().err
+    assert main(["plan", "--torch", model, "--workers", "2", "--torch-input", "8,4"]) == 0
+    assert re.search(r"\(root\)\s+FC\s+2x4\s+8\s", capsys.readouterr().out)
 
 
 def test_plan_reports_a_bad_model(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -29,6 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sync", choices=SYNC_MODES, default="poseidon")
     p.add_argument("--dir", default=os.path.join("runs", "demo"), help="working directory")
     p.add_argument("--timeline", help="write each worker's Chrome trace here")
+    p.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="write the data, solver and net for -n workers into --dir and exit, for a "
+        "cluster started another way (docker/compose.yaml: docs/deploy.md)",
+    )
 
 
 def models_dir() -> str:
@@ -78,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
         prepare(args.dir, args.workers)
     except (OSError, RuntimeError) as e:
         return fail("demo", e)
+    if args.prepare_only:
+        batch = GLOBAL_BATCH // args.workers
+        print(f"[demo] {SOLVER}, {NET} (batch {batch} for each of {args.workers} workers) "
+              f"and the digits LMDBs are in {args.dir}", flush=True)  # fmt: skip
+        return 0
     timeline = os.path.abspath(args.timeline) if args.timeline else ""
     print(
         f"[demo] LeNet on digits: {args.workers} workers x batch "

@@ -3,7 +3,12 @@ the bytes one node sends and receives per iteration under the parameter server (
 under sufficient-factor broadcasting (SFB), and the scheme (reference §4; only FC layers can
 use SFB). It is the plan the job runs, by construction: the specs come from
 poseidon.plan.layer_specs, which PoseidonSync declares too, and the plan from _C.make_plan,
-which the coordinator runs on them."""
+which the coordinator runs on them.
+
+A torch.nn model instead of a Caffe net: --torch MODULE:FUNCTION (or FILE.py:FUNCTION), a
+function that returns the model or a (model, example_inputs) pair; --torch-input gives the
+input's shape instead (N,C,H,W, or N,T:int64 for token ids). It prints the plan
+poseidon.torch.DistributedDataParallel makes for that model (docs/pytorch.md)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--solver", help="the job's solver prototxt: its train net and iter_size")
     p.add_argument("--model", help="net prototxt (instead of the solver's net)")
+    p.add_argument("--torch", metavar="MODULE:FUNCTION", help="a torch.nn model's factory")
+    p.add_argument("--torch-input", action="append", default=[], metavar="SHAPE[:DTYPE]",
+                   help="the torch model's input (one per argument of its forward)")  # fmt: skip
     p.add_argument("--workers", type=int, required=True, help="P1, number of workers")
     p.add_argument("--servers", type=int, help="P2, number of shards (default: P1)")
     p.add_argument("--batch", type=int, help="batch size of every data layer (default: the net's)")
@@ -50,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
     from poseidon.plan_net import parse_input_shapes, plan_net
 
     servers = args.servers or args.workers
-    if not (args.model or args.solver):
-        return fail("plan", "give the job's --solver or a --model")
+    if args.torch and (args.model or args.solver):
+        return fail("plan", "give a Caffe net (--solver/--model) or a --torch model, not both")
+    if not (args.model or args.solver or args.torch):
+        return fail("plan", "give the job's --solver, a --model or a --torch model")
     if args.workers < 1 or servers < 1:
         return fail("plan", "--workers and --servers must be >= 1")
     for flag, value in (("--batch", args.batch), ("--iter-size", args.iter_size)):
@@ -62,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         shapes = parse_input_shapes(args.input_shape)
     except (SettingError, ValueError) as e:
         return fail("plan", e)
+    if args.torch:
+        return _plan_torch(args, servers, forced)
     what = args.model or args.solver
     try:
         target = plan_net(args.model, args.solver, args.batch, shapes, args.iter_size)
@@ -77,4 +89,21 @@ def run(args: argparse.Namespace) -> int:
         return fail("plan", e)
     plan = _C.make_plan(specs, args.workers, servers, force=scheme_choice(args.scheme))
     print(format_plan(plan))
+    return 0
+
+
+def _plan_torch(args: argparse.Namespace, servers: int, forced: dict[str, str]) -> int:
+    from poseidon import _C
+    from poseidon.commands._common import fail
+    from poseidon.plan import scheme_choice
+    from poseidon.torch.plan import format_torch_plan, model_and_inputs, plan_specs
+    from poseidon.torch.units import RowsUnknownError
+
+    try:
+        model, inputs = model_and_inputs(args.torch, args.torch_input, args.batch)
+        specs = plan_specs(model, inputs, args.iter_size or 1, args.sync, args.scheme, forced)
+    except (ValueError, ImportError, OSError, RowsUnknownError) as e:
+        return fail("plan", e)
+    plan = _C.make_plan(specs, args.workers, servers, force=scheme_choice(args.scheme))
+    print(format_torch_plan(plan))
     return 0

@@ -1,0 +1,344 @@
+"""poseidon.torch.DistributedDataParallel: Poseidon's WFBP and HybComm for any torch.nn model,
+called like torch.nn.parallel.DistributedDataParallel.
+
+    model = poseidon.torch.DistributedDataParallel(model)
+    loss = loss_fn(model(x), y); loss.backward()     # .grad holds the mean over the workers
+    optimizer.step()
+
+Note [when gradients move]. Each parameter's post-accumulate-grad hook counts it done (an SFB
+Linear's output gradient does, Note [factor capture] in factor_capture.py); when every
+parameter of a unit is (poseidon/torch/units.py), the unit's round starts at once —
+while backward goes on with the layers below it (WFBP) — and the send queue puts lower
+layers first on the wire. The first hook of a backward also queues a callback for its end,
+which starts the units that had no gradient (unused parameters: the job never waits for
+them) and, with wait="backward" (the default, DDP's contract), waits for every round and
+writes the means into .grad before backward() returns. With wait="step" the wait moves to
+just before the next optimizer step (a step pre-hook of every torch.optim optimizer), so that
+work between backward and step overlaps the last rounds too; gradients are then not final
+until that step, so clip_grad_norm_ and friends must not run in between.
+
+Note [the plan]. BestScheme needs each nn.Linear's K — the rows of its GEMM, batch ×
+sequence — which the first forward reveals. So the plan is made there: the first input goes
+once through a copy of the model (on the meta device when it can: Note [measuring K] in
+units.py), the workers agree on the plan, rank 0's parameters and buffers are broadcast, and
+only then does the real forward run. Models with no Linear that could take SFB (or sync modes
+other than "poseidon", or a given sfb_rows) plan and broadcast in the constructor, as DDP does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import sys
+import weakref
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from poseidon import _C
+from poseidon.config import PLAN_SYNC_MODES
+from poseidon.timeline import Timeline
+from poseidon.torch.broadcast import Broadcaster
+from poseidon.torch.factor_capture import LinearCapture
+from poseidon.torch.plan import (
+    broadcast_floats,
+    format_torch_plan,
+    state_tensors,
+    torch_layer_specs,
+)
+from poseidon.torch.session import Session, join
+from poseidon.torch.unit_sync import UnitSync
+from poseidon.torch.units import SyncUnit, measure_linear_rows, sync_units
+
+SYNC_MODES = PLAN_SYNC_MODES  # the modes with a HybComm plan: all but "allreduce"
+WAIT_MODES = ("backward", "step")
+_live: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
+
+
+class DistributedDataParallel(nn.Module):
+    """A drop-in for torch.nn.parallel.DistributedDataParallel over Poseidon's comm core.
+
+    DDP's arguments are accepted: process_group must be None (the job is every worker),
+    device_ids name one device at most; bucket_cap_mb (chunks are POSEIDON_CHUNK_BYTES),
+    find_unused_parameters (always handled), static_graph and the rest are ignored.
+    Poseidon's own: `sync` (POSEIDON_SYNC: poseidon = WFBP + HybComm, wfbp = all PS,
+    ps-nooverlap = all PS after the whole backward), `scheme` / `layer_schemes` (force PS or
+    SFB, as POSEIDON_SCHEME / POSEIDON_LAYER_SCHEMES), `wait` (Note [when gradients move]),
+    `accumulation_steps` (micro-batches per synchronised step, so that SFB layers are sized
+    for their factors) and `sfb_rows` (each nn.Linear's K, when known: no probe forward)."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        device_ids: list[int] | None = None,
+        output_device: int | None = None,
+        dim: int = 0,
+        broadcast_buffers: bool = True,
+        process_group: Any = None,
+        bucket_cap_mb: float | None = None,
+        find_unused_parameters: bool = False,
+        check_reduction: bool = False,
+        gradient_as_bucket_view: bool = False,
+        static_graph: bool = False,
+        *,
+        sync: str | None = None,
+        scheme: str | None = None,
+        layer_schemes: dict[str, str] | None = None,
+        wait: str = "backward",
+        accumulation_steps: int = 1,
+        sfb_rows: int | None = None,
+    ) -> None:
+        super().__init__()
+        if process_group is not None:
+            raise ValueError("poseidon.torch.DistributedDataParallel: process_group must be "
+                             "None (the job is every worker of the Poseidon job)")  # fmt: skip
+        if dim != 0 or (device_ids is not None and len(device_ids) > 1):
+            raise ValueError("poseidon.torch.DistributedDataParallel: one device per process "
+                             "(device_ids=[i] or None) and dim=0, as DDP recommends")  # fmt: skip
+        if wait not in WAIT_MODES:
+            raise ValueError(f"wait={wait!r}: want one of {', '.join(WAIT_MODES)}")
+        if accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps={accumulation_steps}: want >= 1")
+        self.module = module
+        self.broadcast_buffers = broadcast_buffers
+        self.wait = wait
+        self.accumulation_steps = accumulation_steps
+        self.sfb_rows = sfb_rows
+        self.units: list[SyncUnit] = sync_units(module)
+        self.device = _device_of(module)
+        self.iteration = 0
+        self._syncing = True  # False inside no_sync()
+        self._in_backward = False
+        self._pending = False  # rounds submitted, not yet waited for
+        self._planned = False
+        self._closed = False
+        self.syncs: list[UnitSync] = []
+        self.plan: _C.Plan | None = None
+        self._hooks: list[Any] = []
+        self.timeline: Timeline | None = None  # POSEIDON_TIMELINE
+        self._backward_mark_us = 0.0  # the timeline's last backward event
+        self._side_stream: torch.cuda.Stream | None = None
+        self._comm_thread: ThreadPoolExecutor | None = None
+        self.session: Session = join({"sync": sync, "scheme": scheme,
+                                      "layer_schemes": layer_schemes})  # fmt: skip
+        try:
+            self._start(sfb_rows)
+        except BaseException as e:
+            self.session.close(e)  # the other workers stop too, with the reason
+            raise
+
+    def _start(self, sfb_rows: int | None) -> None:
+        config = self.session.config
+        if config.sync not in SYNC_MODES:
+            raise ValueError(f"sync mode {config.sync!r} is not Poseidon's (want one of "
+                             f"{', '.join(SYNC_MODES)}; for an all-reduce use PyTorch's "
+                             "DistributedDataParallel)")  # fmt: skip
+        named = {u.name for u in self.units}
+        unknown = sorted(set(config.layer_schemes) - named)
+        if unknown:
+            known = ", ".join(sorted(named)) or "none"
+            raise ValueError(f"layer_schemes names {', '.join(unknown)}: not a synchronised "
+                             f"module (those are {known})")  # fmt: skip
+        self.worker = self.session.worker
+        self.num_workers = self.worker.num_workers
+        self.rank = self.worker.rank
+        if config.timeline:
+            self.timeline = Timeline(config.timeline, self.rank, self.num_workers)
+        if self.device.type == "cuda":
+            self._side_stream = torch.cuda.Stream(device=self.device)
+            self._comm_thread = ThreadPoolExecutor(1, "poseidon-submit")
+        _live.add(self)
+        if (
+            sfb_rows is not None
+            or config.sync != "poseidon"
+            or not any(u.sfb_capable for u in self.units)
+        ):
+            self._make_plan({u.index: sfb_rows or 1 for u in self.units})
+
+    # ----- the plan (Note [the plan]) -----------------------------------------------------
+    def layer_specs(self, rows: dict[int, int]) -> list[Any]:
+        """The LayerSpecs this worker declares (poseidon plan --torch prints the same)."""
+        c = self.session.config
+        return torch_layer_specs(self.module, self.units, rows, self.accumulation_steps,
+                                 c.sync, c.scheme, c.layer_schemes)  # fmt: skip
+
+    def _make_plan(self, rows: dict[int, int]) -> None:
+        specs = self.layer_specs(rows)
+        self.plan = self.worker.plan(specs)
+        schemes = {lp.layer_id: "SFB" if lp.scheme == _C.Scheme.SFB else "PS"
+                   for lp in self.plan.layers}  # fmt: skip
+        for unit in self.units:
+            capacity = rows.get(unit.index, 1) * self.accumulation_steps
+            self.syncs.append(UnitSync(unit, schemes[unit.index], self.worker, self.device,
+                                       self._side_stream, self._comm_thread, capacity))  # fmt: skip
+        broadcast_id = len(self.units)
+        self.broadcaster = Broadcaster(self.worker, broadcast_id, broadcast_floats(self.module))
+        self.worker.register_sfb_layer(broadcast_id, self.broadcaster.capacity)
+        self._attach()
+        self._planned = True
+        if self.rank == 0:  # as the Caffe path does: what each layer moves, and how
+            print(f"[poseidon] {self.num_workers} workers, sync mode {self.session.config.sync}"
+                  f"\n{format_torch_plan(self.plan)}", file=sys.stderr, flush=True)  # fmt: skip
+        self.broadcaster.from_rank0(state_tensors(self.module))
+
+    # ----- hooks ----------------------------------------------------------------------------
+    def _attach(self) -> None:
+        owners = {}
+        for sync in self.syncs:
+            for p in sync.unit.params:
+                owners[id(p)] = sync
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+            if sync.factors is not None:  # SFB: Note [factor capture] in factor_capture.py
+                received = functools.partial(self._on_factor, sync)
+                capture = LinearCapture(sync.unit.module, sync.factors.remember, received)
+                self._hooks.extend(capture.attach())
+        self._owner = owners
+        if self.wait == "step":
+            self._hooks.append(register_optimizer_step_pre_hook(
+                lambda optimizer, args, kwargs: self.synchronize()))  # fmt: skip
+
+    def _backward_reached(self) -> None:
+        """The first hook of a backward: have its end call us (Note [when gradients move])."""
+        if not self._in_backward:
+            self._in_backward = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+            if self.timeline is not None:
+                self._backward_mark_us = self.timeline.now_us()
+
+    def _on_grad(self, param: nn.Parameter) -> None:
+        """A parameter's gradient is final for this backward (PS units)."""
+        sync = self._owner[id(param)]
+        if sync.factors is not None:
+            name = sync.unit.name
+            which = next(n for n, p in zip(sync.unit.param_names, sync.unit.params) if p is param)
+            raise RuntimeError(
+                f"nn.Linear {name!r} is synchronised by sufficient factors, but its parameter "
+                f"{which!r} got a gradient "
+                "outside the layer's own forward (used directly, as nn.MultiheadAttention uses "
+                "out_proj.weight, or shared with another module), which no factors carry: "
+                f"send it through the parameter server, layer_schemes={{{name!r}: 'ps'}}"
+            )
+        if not self._syncing:
+            return  # no_sync(): gradients accumulate locally
+        self._backward_reached()
+        sync.ready += 1
+        if sync.ready == len(sync.unit.params):
+            self._unit_done(sync)
+
+    def _on_factor(self, sync: UnitSync, key: int, dy: torch.Tensor) -> None:
+        """An SFB layer's output gradient has come (factor_capture.py)."""
+        assert sync.factors is not None
+        every_call = sync.factors.received(key, dy)
+        if self._syncing:
+            self._backward_reached()
+            if every_call:
+                self._unit_done(sync)
+
+    def _unit_done(self, sync: UnitSync) -> None:
+        """Every gradient of the unit is final: its round starts now (WFBP), unless the sync
+        mode waits for the whole backward. On the timeline, the backward from the last event
+        to here is the unit's."""
+        now = 0.0
+        if self.timeline is not None:
+            now = self.timeline.now_us()
+            self.timeline.span(f"backward {sync.unit.name}", "compute", self._backward_mark_us,
+                               now, iteration=self.iteration)  # fmt: skip
+            self._backward_mark_us = now
+        if not sync.submitted and self.session.config.sync != "ps-nooverlap":
+            sync.submit(self.iteration, now)
+
+    def _end_of_backward(self) -> None:
+        self._in_backward = False
+        now = self.timeline.now_us() if self.timeline is not None else 0.0
+        for sync in self.syncs:
+            if not sync.submitted:
+                sync.submit(self.iteration, now)  # unused parameters, and ps-nooverlap
+        self._pending = True
+        if self.wait == "backward":
+            self.synchronize()
+
+    def synchronize(self) -> None:
+        """Wait for this step's rounds and leave the mean gradients in .grad (with
+        wait="backward", backward() already did)."""
+        if not self._pending:
+            return
+        self._pending = False
+        for sync in self.syncs:
+            sync.finish(self.num_workers, self.timeline)
+            if sync.factors is not None:
+                sync.factors.waiting.clear()  # inputs of forwards that had no backward
+        self.iteration += 1
+
+    # ----- nn.Module -----------------------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self._closed:
+            raise RuntimeError("poseidon.torch.DistributedDataParallel: used after close()")
+        self.synchronize()  # wait="step" and no optimizer step in between
+        if not self._planned:
+            self._make_plan(measure_linear_rows(self.module, self.units, args, kwargs))
+        if self.broadcast_buffers and self.module.training:
+            buffers = list(self.module.buffers())
+            if buffers:
+                self.broadcaster.from_rank0(buffers)
+        if self.timeline is None:
+            return self.module(*args, **kwargs)
+        start = self.timeline.now_us()
+        try:
+            return self.module(*args, **kwargs)
+        finally:
+            self.timeline.span("forward", "compute", start, self.timeline.now_us(),
+                               iteration=self.iteration)  # fmt: skip
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate gradients locally; the first one outside sends
+        the sum (SFB layers: every micro-batch's factors)."""
+        previous, self._syncing = self._syncing, False
+        try:
+            yield
+        finally:
+            self._syncing = previous
+
+    # ----- the end ------------------------------------------------------------------------
+    def close(self, error: BaseException | None = None) -> None:
+        """Leave the job: cleanly (waiting for every worker to finish), or with `error`,
+        aborting it. Called at interpreter exit if not before (then aborting when the
+        program is ending on an exception)."""
+        if self._closed:
+            return
+        self._closed = True
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        try:
+            self.session.close(error)
+        finally:
+            if self._comm_thread is not None:
+                self._comm_thread.shutdown(wait=False)
+            if self.timeline is not None:
+                self.timeline.close()  # what it saw, also of a job that failed
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    for p in module.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+# ----- interpreter exit ------------------------------------------------------------------------
+def _close_all() -> None:
+    """Close every live wrapper at interpreter exit: aborting the job with the exception that
+    is ending the program (Python leaves it in sys.last_value), so that the other workers
+    stop at once with its reason, or cleanly."""
+    error = getattr(sys, "last_value", None)
+    for ddp in list(_live):
+        with contextlib.suppress(Exception):
+            ddp.close(error)
+
+
+atexit.register(_close_all)
