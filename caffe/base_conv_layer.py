@@ -8,7 +8,10 @@ PyTorch's convolution ops take.
 
 Forward is one `torch.convolution` call per bottom; backward is one
 `aten.convolution_backward` call per bottom that computes exactly the gradients asked
-for (bottom, weight, bias), so no autograd graph is built or kept.
+for (bottom, weight, bias), so no autograd graph is built or kept. The top's data and the
+bottom's diff take the kernels' outputs without a copy where nothing can tell (Note [taking
+fresh tensors] in caffe/blob.py). On CPU a call covers at most WORKSPACE_BYTES of
+activations, images at a time (Note [convolution workspace]).
 """
 
 from __future__ import annotations
@@ -23,6 +26,18 @@ from caffe.layer import Layer
 from caffe.sync_layout import CommShape
 
 MAX_SPATIAL_AXES = 3  # PyTorch's convolution kernels cover 1-D, 2-D and 3-D.
+
+# Note [convolution workspace]
+# BVLC convolves one image at a time, through a col buffer of one image. PyTorch's CPU
+# kernels (oneDNN) take the whole batch, and every call allocates its output and copies its
+# operands into blocked layouts: about three times the activations it is given, on top of
+# the net's blobs. For VGG19 at batch 8 that is ~300 MB in conv1_2's backward, the peak of
+# a training step. So on CPU one call covers at most WORKSPACE_BYTES of bottom and top
+# activations, whole images (at least one); a chunk's output is copied into its rows of the
+# blob, and the weight and bias gradients add up over the chunks, as gradients accumulate
+# anyway. The small nets' batches fit in one call. On CUDA the batch is what keeps the GPU
+# busy, and cuDNN's workspace is its own: one call per bottom.
+WORKSPACE_BYTES = 32 << 20
 
 
 class BaseConvolutionLayer(Layer):
@@ -44,6 +59,7 @@ class BaseConvolutionLayer(Layer):
         shape = bottom[0].shape
         self.channel_axis, self.num_spatial = conv_axes(bottom[0], p, self.error, MAX_SPATIAL_AXES)
         self._read_geometry(p)
+        self._shape_seen: tuple[int, ...] | None = None  # the bottom shape reshape derived from
         self.channels = shape[self.channel_axis]
         self.num_output = p.num_output
         self.group = p.group
@@ -67,6 +83,7 @@ class BaseConvolutionLayer(Layer):
     def _read_geometry(self, p) -> None:
         n, err = self.num_spatial, self.error
         self.kernel, self.stride, self.pad, self.dilation = conv_window(p, n, err)
+        self._output_padding = [0] * n
 
     def _make_blobs(self, p) -> None:
         expected = [self.weight_shape()] + ([[self.num_output]] if self.bias_term else [])
@@ -93,7 +110,14 @@ class BaseConvolutionLayer(Layer):
 
     # ----- shapes ---------------------------------------------------------------------------
     def reshape(self, bottom, top):
-        shape = bottom[0].shape
+        # A blob keeps its shape tuple until the shape changes: derive the geometry once.
+        if bottom[0].shape_tuple is not self._shape_seen or len(bottom) > 1:
+            self._derive_geometry(bottom)
+        for blob in top:
+            blob.reshape(self._top_shape)
+
+    def _derive_geometry(self, bottom) -> None:
+        shape = list(bottom[0].shape_tuple)
         axis = self.channel_axis
         if len(shape) != axis + 1 + self.num_spatial:
             raise self.error(
@@ -124,54 +148,62 @@ class BaseConvolutionLayer(Layer):
         num = math.prod(shape[:axis])
         self._bottom_view = (num, self.channels, *spatial)
         self._top_view = (num, self.num_output, *out)
-        for blob in top:
-            blob.reshape([*shape[:axis], self.num_output, *out])
+        image_bytes = 4 * (self.channels * math.prod(spatial) + self.num_output * math.prod(out))
+        rows = num if self.device.type != "cpu" else max(1, WORKSPACE_BYTES // image_bytes)
+        # Row ranges of the batch, one per call; None: the whole batch in one call.
+        self._chunks = (
+            None if rows >= num else [(i, min(i + rows, num)) for i in range(0, num, rows)]
+        )
+        self._top_shape = (*shape[:axis], self.num_output, *out)
+        self._shape_seen = bottom[0].shape_tuple
 
     # ----- compute --------------------------------------------------------------------------
     def forward(self, bottom, top):
-        weight = self.blobs[0].data_tensor
-        bias = self.blobs[1].data_tensor if self.bias_term else None
-        zeros = [0] * self.num_spatial
         for x_blob, y_blob in zip(bottom, top):
-            y = torch.convolution(
-                x_blob.data_tensor.view(self._bottom_view),
-                weight,
-                bias,
-                self.stride,
-                self.pad,
-                self.dilation,
-                self.transposed,
-                zeros,
-                self.group,
-            )
-            y_blob.set_data(y.view(y_blob.shape_tuple))
+            x = x_blob.data_tensor.view(self._bottom_view)
+            if self._chunks is None:
+                y_blob.take_data(self._convolve(x).view(y_blob.shape_tuple))
+                continue
+            y = y_blob.data_tensor.view(self._top_view)
+            for start, end in self._chunks:
+                y[start:end] = self._convolve(x[start:end])
+
+    def _convolve(self, x: torch.Tensor) -> torch.Tensor:
+        bias = self.blobs[1].data_tensor if self.bias_term else None
+        return torch.convolution(x, self.blobs[0].data_tensor, bias, self.stride, self.pad,
+                                 self.dilation, self.transposed, self._output_padding,
+                                 self.group)  # fmt: skip
 
     def backward(self, top, propagate_down, bottom):
-        weight = self.blobs[0].data_tensor
         need_weight = self.param_propagate_down[0]
         need_bias = self.bias_term and self.param_propagate_down[1]
-        bias_sizes = [self.num_output] if self.bias_term else None
-        zeros = [0] * self.num_spatial
         for y_blob, need_bottom, x_blob in zip(top, propagate_down, bottom):
             if not (need_bottom or need_weight or need_bias):
                 continue
-            dx, dw, db = torch.ops.aten.convolution_backward(
-                y_blob.diff_tensor.view(self._top_view),
-                x_blob.data_tensor.view(self._bottom_view),
-                weight,
-                bias_sizes,
-                self.stride,
-                self.pad,
-                self.dilation,
-                self.transposed,
-                zeros,
-                self.group,
-                [bool(need_bottom), bool(need_weight), bool(need_bias)],
-            )
-            # Shared weights: every bottom adds its gradient; bottom gradients overwrite.
-            if need_weight:
-                self.blobs[0].diff_tensor.add_(dw)
-            if need_bias:
-                self.blobs[1].diff_tensor.add_(db)
-            if need_bottom:
-                x_blob.set_diff(dx.view(x_blob.shape_tuple))
+            mask = [bool(need_bottom), bool(need_weight), bool(need_bias)]
+            dy = y_blob.diff_tensor.view(self._top_view)
+            x = x_blob.data_tensor.view(self._bottom_view)
+            if self._chunks is None:
+                dx = self._backward_chunk(dy, x, mask)
+                if need_bottom:
+                    x_blob.take_diff(dx.view(x_blob.shape_tuple))
+                continue
+            dx_rows = x_blob.diff_tensor.view(self._bottom_view) if need_bottom else None
+            for start, end in self._chunks:
+                dx = self._backward_chunk(dy[start:end], x[start:end], mask)
+                if dx_rows is not None:
+                    dx_rows[start:end] = dx
+
+    def _backward_chunk(self, dy: torch.Tensor, x: torch.Tensor, mask: list[bool]) -> torch.Tensor:
+        """One convolution_backward call: adds the weight and bias gradients (shared weights:
+        every bottom adds its own; chunks add up) and returns the bottom's (to overwrite)."""
+        dx, dw, db = torch.ops.aten.convolution_backward(
+            dy, x, self.blobs[0].data_tensor, [self.num_output] if self.bias_term else None,
+            self.stride, self.pad, self.dilation, self.transposed, self._output_padding,
+            self.group, mask,
+        )  # fmt: skip
+        if mask[1]:
+            self.blobs[0].diff_tensor.add_(dw)
+        if mask[2]:
+            self.blobs[1].diff_tensor.add_(db)
+        return dx

@@ -31,6 +31,7 @@ from caffe.synced_memory import SyncedTensor
 DTYPE = torch.float32
 MAX_BLOB_AXES = 32
 _INTEGERS = (int, np.integer)
+_DATA, _DIFF = "_data", "_diff"  # the attributes of the two halves (Blob._hold)
 
 
 def _as_shape(dims: Iterable[int]) -> tuple[int, ...]:
@@ -137,16 +138,9 @@ class Blob:
             )
         self._shape = shape
         self._count = BlobCount(shape)
-        if self._data is not None:
-            if self._data.capacity >= self._count:
-                self._data_view = self._shaped(self._data)
-            else:
-                self._data = self._data_view = None
-        if self._diff is not None:
-            if self._diff.capacity >= self._count:
-                self._diff_view = self._shaped(self._diff)
-            else:
-                self._diff = self._diff_view = None
+        for which, half in ((_DATA, self._data), (_DIFF, self._diff)):
+            if half is not None:
+                self._hold(which, half if half.capacity >= self._count else None)
 
     def reshape_like(self, other: Blob) -> None:
         self.reshape(other._shape)
@@ -156,6 +150,21 @@ class Blob:
         """The device view of `half` in this blob's shape (a prefix of its capacity)."""
         return half.device()[: self._count].view(self._shape)
 
+    def _hold(
+        self, which: str, half: SyncedTensor | None, view: torch.Tensor | None = None
+    ) -> None:
+        """Make `half` the data (which=_DATA) or the diff (_DIFF), seen as `view` (default:
+        its prefix in the blob's shape), and keep the holder counts."""
+        old: SyncedTensor | None = getattr(self, which)
+        if old is not None:
+            old.holders -= 1
+        if half is not None:
+            half.holders += 1
+            if view is None:
+                view = self._shaped(half)
+        setattr(self, which, half)
+        setattr(self, which + "_view", view)
+
     def _new_half(self) -> SyncedTensor:
         return SyncedTensor(torch.zeros(self._count, dtype=DTYPE, device=self.device))
 
@@ -164,8 +173,7 @@ class Blob:
         """The data on the blob's device, this blob's memory. Callers may write it in place."""
         half = self._data
         if half is None:
-            self._data = half = self._new_half()
-            self._data_view = self._shaped(half)
+            self._hold(_DATA, self._new_half())
         elif not half.on_cpu:
             half.device()
         return self._data_view  # type: ignore[return-value]
@@ -175,8 +183,7 @@ class Blob:
         """The diff on the blob's device, this blob's memory. Callers may write it in place."""
         half = self._diff
         if half is None:
-            self._diff = half = self._new_half()
-            self._diff_view = self._shaped(half)
+            self._hold(_DIFF, self._new_half())
         elif not half.on_cpu:
             half.device()
         return self._diff_view  # type: ignore[return-value]
@@ -196,15 +203,54 @@ class Blob:
             return  # computed in place: already there
         memory.copy_(tensor.detach())
 
+    # Note [taking fresh tensors]
+    # PyTorch's convolution kernels return their output in memory of their own, and copying
+    # it into the blob is a pass over it, and a second buffer as large, beside the kernel's
+    # own freshly faulted one. When nothing outside this blob can see its memory - one blob
+    # holds it (no Split top, Flatten or Reshape shares it; not a parameter) and no numpy
+    # view of it is alive (caffe/synced_memory.py) - nothing can tell the blob's memory from
+    # the kernel's: the blob adopts the output and lets the old memory go, as PyTorch's own
+    # modules do. Whoever can see the memory sees it stay put, as ever. Engine code reads
+    # `data_tensor`/`diff_tensor` afresh in every pass (it never keeps them across passes,
+    # docs/engine.md), so it follows. The caller promises a fresh tensor: a kernel's output
+    # that nothing else holds (no view of another blob, nothing an autograd graph keeps).
+    def take_data(self, tensor: torch.Tensor) -> None:
+        """set_data for a kernel's fresh output: adopted instead of copied where nothing
+        can tell (Note [taking fresh tensors])."""
+        if self._may_take(self._data, tensor):
+            self._hold(_DATA, SyncedTensor(tensor.view(-1)), tensor)
+        else:
+            self._write(self.data_tensor, tensor)
+
+    def take_diff(self, tensor: torch.Tensor) -> None:
+        """set_diff for a kernel's fresh output: adopted instead of copied where nothing
+        can tell (Note [taking fresh tensors])."""
+        if self._may_take(self._diff, tensor):
+            self._hold(_DIFF, SyncedTensor(tensor.view(-1)), tensor)
+        else:
+            self._write(self.diff_tensor, tensor)
+
+    def _may_take(self, half: SyncedTensor | None, tensor: torch.Tensor) -> bool:
+        # CPU only: there a fresh buffer costs page faults and the copy a pass through the
+        # caches; on CUDA the caching allocator recycles buffers, the copy is cheap, and a
+        # new SyncedTensor would cost a new pinned host mirror.
+        return (
+            (half is None or half.private)
+            and not self._fixed
+            and tensor.device.type == "cpu"
+            and self.device.type == "cpu"
+            and tensor.shape == self._shape
+            and tensor.dtype == DTYPE
+            and tensor.is_contiguous()
+        )
+
     def bind_storage(self, data: torch.Tensor, diff: torch.Tensor) -> None:
         """Make flat views `data`/`diff` (count elements each) this blob's memory for life."""
         if data.numel() != self._count or diff.numel() != self._count:
             raise ValueError(f"storage of {data.numel()} elements bound to blob {self._shape}")
         self.device = data.device
-        self._data = SyncedTensor(data.view(-1))
-        self._data_view = self._shaped(self._data)
-        self._diff = SyncedTensor(diff.view(-1))
-        self._diff_view = self._shaped(self._diff)
+        self._hold(_DATA, SyncedTensor(data.view(-1)))
+        self._hold(_DIFF, SyncedTensor(diff.view(-1)))
         self._fixed = True
 
     def share_data(self, other: Blob) -> None:
@@ -212,8 +258,7 @@ class Blob:
         if other._count != self._count:
             raise ValueError(f"share_data: counts differ ({other._shape} vs {self._shape})")
         other.data_tensor  # noqa: B018  (allocates it if still unused)
-        self._data = other._data
-        self._data_view = self._shaped(other._data)  # type: ignore[arg-type]
+        self._hold(_DATA, other._data)
         self._fixed = other._fixed
         self.device = other.device
 
@@ -229,9 +274,20 @@ class Blob:
         if self._fixed:
             raise ValueError("adopt_data: a parameter blob's memory is its net's buffer")
         old = self._data_view if self._data is not None else None
-        self._data = SyncedTensor(tensor.view(-1))
-        self._data_view = tensor
+        self._hold(_DATA, SyncedTensor(tensor.view(-1)), tensor)
         return old
+
+    @property
+    def has_diff(self) -> bool:
+        """Whether diff memory exists: a diff nothing has written or read yet is not
+        allocated, and reads as zeros when first asked for."""
+        return self._diff is not None
+
+    def memory(self) -> tuple[SyncedTensor | None, SyncedTensor | None]:
+        """The memory behind data and diff (None where none is allocated yet), for
+        accounting: reading it allocates nothing, unlike `data_tensor` and `diff_tensor`.
+        Blobs that share a half return the same object for it."""
+        return self._data, self._diff
 
     def shares_data_with(self, other: Blob) -> bool:
         """Whether this blob already is `other`'s data memory in `other`'s shape."""
@@ -242,8 +298,7 @@ class Blob:
         if other._count != self._count:
             raise ValueError(f"share_diff: counts differ ({other._shape} vs {self._shape})")
         other.diff_tensor  # noqa: B018  (allocates it if still unused)
-        self._diff = other._diff
-        self._diff_view = self._shaped(other._diff)  # type: ignore[arg-type]
+        self._hold(_DIFF, other._diff)
 
     # ----- numpy views (pycaffe side) ---------------------------------------------------
     @property
@@ -252,8 +307,8 @@ class Blob:
             self.data_tensor  # noqa: B018  (allocates the memory on first use)
         half: SyncedTensor = self._data  # type: ignore[assignment]
         if half.on_cpu:
-            return self._data_view.numpy()  # type: ignore[union-attr]
-        return half.host()[: self._count].view(self._shape).numpy()
+            return half.expose(self._data_view.numpy())  # type: ignore[union-attr]
+        return half.expose(half.host()[: self._count].view(self._shape).numpy())
 
     @data.setter
     def data(self, value: np.ndarray) -> None:
@@ -265,8 +320,8 @@ class Blob:
             self.diff_tensor  # noqa: B018  (allocates the memory on first use)
         half: SyncedTensor = self._diff  # type: ignore[assignment]
         if half.on_cpu:
-            return self._diff_view.numpy()  # type: ignore[union-attr]
-        return half.host()[: self._count].view(self._shape).numpy()
+            return half.expose(self._diff_view.numpy())  # type: ignore[union-attr]
+        return half.expose(half.host()[: self._count].view(self._shape).numpy())
 
     @diff.setter
     def diff(self, value: np.ndarray) -> None:

@@ -17,6 +17,21 @@ class NetViewsMixin:
     _learnable_param_ids: list[int]
     _layer_need_backward: list[bool]
     _bottom_need_backward: list[list[bool]]
+    _blobs: list[Blob]
+
+    def memory_report(self) -> dict[str, int]:
+        """Bytes of device memory the net's blobs hold now, each distinct memory once:
+        "data" and "diff" of the blobs between layers (inputs and split tops included; a
+        diff nothing has asked for is not allocated), "params" the learnable parameters'
+        data and diff (the flat buffers). Reading it allocates nothing."""
+        data: dict[int, int] = {}
+        diff: dict[int, int] = {}
+        for blob in self._blobs:
+            for half, seen in zip(blob.memory(), (data, diff)):
+                if half is not None:
+                    seen[id(half)] = half.nbytes
+        params = self.param_data.nbytes + self.param_diff.nbytes  # type: ignore[attr-defined]
+        return {"data": sum(data.values()), "diff": sum(diff.values()), "params": params}
 
     @property
     def layer_names(self) -> tuple[str, ...]:

@@ -25,9 +25,14 @@ class SplitLayer(Layer):
         if not propagate_down[0]:
             return
         dx = bottom[0].diff_tensor
-        if len(top) == 1:
-            dx.copy_(top[0].diff_tensor)
-            return
-        torch.add(top[0].diff_tensor, top[1].diff_tensor, out=dx)
-        for blob in top[2:]:
-            dx.add_(blob.diff_tensor)
+        # A top that no consumer sends a gradient (Accuracy, a layer that needs no backward)
+        # has no diff memory: it adds zeros, so it is left out rather than allocated.
+        diffs = [blob.diff_tensor for blob in top if blob.has_diff]
+        if not diffs:
+            dx.zero_()
+        elif len(diffs) == 1:
+            dx.copy_(diffs[0])
+        else:
+            torch.add(diffs[0], diffs[1], out=dx)
+            for diff in diffs[2:]:
+                dx.add_(diff)

@@ -76,6 +76,28 @@ def test_views_taken_before_forward_and_backward_see_the_results():
     assert not np.allclose(taken["prob"][0], before)
 
 
+def test_the_same_values_whether_or_not_views_pin_the_memory():
+    """Unwatched, a convolution's top adopts its kernel's output (Note [taking fresh
+    tensors]); watched, it is written in place: the values are the same."""
+    results = []
+    for watch in (False, True):
+        caffe.set_random_seed(7)
+        net = build()
+        taken = views(net) if watch else None
+        for seed in (8, 9):
+            feed(net, seed)
+            net.clear_param_diffs()
+            net.forward()
+            net.backward()
+        assert taken is None or np.shares_memory(taken["conv"][0], net.blobs["conv"].data)
+        results.append({name: (b.data.copy(), b.diff.copy()) for name, b in net.blobs.items()})
+        results[-1].update({f"{n}/{i}": (p.data.copy(), p.diff.copy())
+                            for n, ps in net.params.items() for i, p in enumerate(ps)})  # fmt: skip
+    for name, (data, diff) in results[0].items():
+        np.testing.assert_array_equal(data, results[1][name][0], err_msg=name)
+        np.testing.assert_array_equal(diff, results[1][name][1], err_msg=name)
+
+
 def test_shared_tops_are_their_bottoms_memory():
     net = build()
     feed(net, 2)
@@ -146,3 +168,56 @@ def test_cuda_host_mirrors_stay_put_and_coherent():
         np.testing.assert_allclose(weight.diff, grad, rtol=1e-4, atol=1e-6)
     finally:
         caffe.set_mode_cpu()
+
+
+# Every top of this net by (data count, whether it holds a diff after a training step):
+# Caffe's memory and no more. The inputs and labels get no diff (no layer sends one), split
+# tops share their bottom's data, in-place tops are their bottom, the split top that feeds
+# Accuracy gets no diff (Accuracy sends none), and the loss's diff holds its weight.
+TRAIN_NET = """
+name: "closed_form"
+layer { name: "in" type: "DummyData" top: "data" top: "label"
+        dummy_data_param { shape { dim: 4 dim: 3 dim: 8 dim: 8 } shape { dim: 4 }
+                           data_filler { type: "gaussian" } data_filler { type: "constant" } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+        convolution_param { num_output: 5 kernel_size: 3 weight_filler { type: "gaussian" } } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "pool" type: "Pooling" bottom: "conv" top: "pool"
+        pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "ip" type: "InnerProduct" bottom: "pool" top: "ip"
+        inner_product_param { num_output: 6 weight_filler { type: "gaussian" } } }
+layer { name: "drop" type: "Dropout" bottom: "ip" top: "ip" }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc" }
+"""
+TOPS = {  # blob: (elements, has a diff)
+    "data": (4 * 3 * 8 * 8, False),
+    "label": (4, False),
+    "conv": (4 * 5 * 6 * 6, True),
+    "pool": (4 * 5 * 3 * 3, True),
+    "ip": (4 * 6, True),
+    "ip_drop_0_split_0": (0, True),  # shares ip's data
+    "ip_drop_0_split_1": (0, False),
+    "label_in_1_split_0": (0, False),
+    "label_in_1_split_1": (0, False),
+    "loss": (1, True),
+    "acc": (1, False),
+}
+
+
+def test_after_a_training_step_the_blobs_hold_caffes_memory_and_no_more(tmp_path):
+    solver = caffe.get_solver(
+        write_solver(tmp_path, "base_lr: 0.1\nmomentum: 0.9\nlr_policy: 'fixed'\n", TRAIN_NET)
+    )
+    solver.step(1)
+    net = solver.net
+    assert set(net.blobs) == set(TOPS)
+    for name, (_, has_diff) in TOPS.items():
+        assert net.blobs[name].has_diff == has_diff, name
+    diff_elements = sum(net.blobs[name].count for name, (_, has) in TOPS.items() if has)
+    params = sum(blob.count for blobs in net.params.values() for blob in blobs)
+    assert net.memory_report() == {
+        "data": 4 * sum(count for count, _ in TOPS.values()),
+        "diff": 4 * diff_elements,
+        "params": 4 * 2 * params,
+    }
