@@ -107,6 +107,7 @@ def test_cpp_errors_become_python_exceptions() -> None:
 
     with thread_cluster(2, 1) as cluster:
         failures: dict[int, BaseException] = {}
+        passed_barrier = threading.Event()
 
         def body(w: _C.Worker, rank: int) -> None:
             w.plan([spec(3, 8)])
@@ -126,9 +127,13 @@ def test_cpp_errors_become_python_exceptions() -> None:
             # Both have their round-0 sums before worker 1 aborts (else worker 0's round 0
             # may meet the abort first, which is right, but not what this test checks).
             w.barrier("round 0 done")
+            # The barrier's release may reach worker 1 first: it aborts only once worker 0 is
+            # through, or worker 0's barrier would meet the abort (seen under load).
             if rank == 1:
+                assert passed_barrier.wait(timeout=30), "worker 0 never passed the barrier"
                 w.abort("out of memory in fc7")
                 return
+            passed_barrier.set()
             with pytest.raises(_C.PeerFailure) as info:
                 w.push_pull(3, 1).wait()
             failures[rank] = info.value
