@@ -35,6 +35,7 @@ WORKERS = 2
 SERVERS = 2
 SILENT_PER_PORT = 256
 SLACK_S = 1.5  # absolute slack on top of 2x: a 2-core machine shared with other jobs
+WORKER_SLEEP_S = 1.0
 
 
 def free_ports(n: int) -> list[int]:
@@ -154,7 +155,10 @@ def start_job(tmp: Path, ports: list[int], flood: Flood | None) -> dict[str, Pro
     for r in range(WORKERS):
         worker_env = {**env, "POSEIDON_ROLE": "worker", "POSEIDON_RANK": str(r),
                       "POSEIDON_LISTEN": f"127.0.0.1:{ports[1 + SERVERS + r]}"}  # fmt: skip
-        cmd = [sys.executable, str(HERE / "launch_worker.py")]
+        # No worker fails; each sleeps WORKER_SLEEP_S after its round, listening, so that
+        # the flood reaches the workers' ports too before the job ends (in CI it once
+        # ended first, 0.5 s in all, and the flood never held a worker's port).
+        cmd = [sys.executable, str(HERE / "launch_worker.py"), "-1", "0", str(WORKER_SLEEP_S)]
         procs[f"worker {r}"] = spawn(f"worker {r}", cmd, worker_env, tmp)
     return procs
 
