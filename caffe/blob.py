@@ -214,21 +214,26 @@ class Blob:
     # `data_tensor`/`diff_tensor` afresh in every pass (it never keeps them across passes,
     # docs/engine.md), so it follows. The caller promises a fresh tensor: a kernel's output
     # that nothing else holds (no view of another blob, nothing an autograd graph keeps).
+    # Adopting is not free either: the replaced memory goes back to malloc, and whether the
+    # next output reuses it or is a fresh mapping to fault in depends on glibc's history in
+    # the process. Measured (bench/page_faults.py): adopting saves faults where outputs are
+    # mapped afresh anyway (CIFAR-10 quick's 13 MB conv1), and costs some where copying would
+    # have recycled one buffer (LeNet's 2.9 MB conv1, in two processes of three).
     def take_data(self, tensor: torch.Tensor) -> None:
         """set_data for a kernel's fresh output: adopted instead of copied where nothing
         can tell (Note [taking fresh tensors])."""
-        if self._may_take(self._data, tensor):
-            self._hold(_DATA, SyncedTensor(tensor.view(-1)), tensor)
-        else:
-            self._write(self.data_tensor, tensor)
+        self._take(_DATA, tensor)
 
     def take_diff(self, tensor: torch.Tensor) -> None:
         """set_diff for a kernel's fresh output: adopted instead of copied where nothing
         can tell (Note [taking fresh tensors])."""
-        if self._may_take(self._diff, tensor):
-            self._hold(_DIFF, SyncedTensor(tensor.view(-1)), tensor)
+        self._take(_DIFF, tensor)
+
+    def _take(self, which: str, tensor: torch.Tensor) -> None:
+        if self._may_take(getattr(self, which), tensor):
+            self._hold(which, SyncedTensor(tensor.view(-1)), tensor)
         else:
-            self._write(self.diff_tensor, tensor)
+            self._write(self.data_tensor if which == _DATA else self.diff_tensor, tensor)
 
     def _may_take(self, half: SyncedTensor | None, tensor: torch.Tensor) -> bool:
         # CPU only: there a fresh buffer costs page faults and the copy a pass through the
