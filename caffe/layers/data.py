@@ -116,7 +116,9 @@ class DatumLoader(BatchLoader):
     def decode(self, key: bytes, value: bytes, contiguous: bool = True) -> tuple[np.ndarray, int]:
         """(C×H×W array, label) of a record; runs on the decode threads (thread-safe). A raw
         uint8 record comes back as a read-only view into it (Note [raw Datum view])."""
-        if not contiguous:  # force_color/force_gray concern encoded images only
+        # The caller takes a view (it copies into the batch); force_color/force_gray concern
+        # encoded images only, which the view path leaves to protobuf.
+        if not contiguous:
             raw = raw_datum_view(value)
             if raw is not None:
                 return raw.pixels, raw.label
