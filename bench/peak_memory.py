@@ -20,7 +20,8 @@ Where the memory goes (MiB), measured in each child after its last iteration:
   diffs       engine: the diff of every blob that has one; torch: none is kept (the
               gradients of activations live only during backward)
   layer state engine: tensors layers keep from forward for backward (pooling's argmax,
-              dropout masks, private input copies); torch: inside "data"
+              dropout masks, private input copies; not oneDNN's opaque pooling outputs,
+              which fall under transient); torch: inside "data"
   transient   peak − all of the above: kernels' outputs and workspaces, gradients in
               flight, and the allocator's free-but-kept memory
 

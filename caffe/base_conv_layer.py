@@ -11,7 +11,8 @@ Forward is one `torch.convolution` call per bottom; backward is one
 for (bottom, weight, bias), so no autograd graph is built or kept. The top's data and the
 bottom's diff take the kernels' outputs without a copy where nothing can tell (Note [taking
 fresh tensors] in caffe/blob.py). On CPU a call covers at most WORKSPACE_BYTES of
-activations, images at a time (Note [convolution workspace]).
+activations, images at a time (Note [convolution workspace]), and some layers convolve
+channels-last (Note [channels-last convolution on CPU]).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from caffe.layer import Layer
 from caffe.sync_layout import CommShape
 
 MAX_SPATIAL_AXES = 3  # PyTorch's convolution kernels cover 1-D, 2-D and 3-D.
+NHWC = torch.channels_last
 
 # Note [convolution workspace]
 # BVLC convolves one image at a time, through a col buffer of one image. PyTorch's CPU
@@ -38,6 +40,34 @@ MAX_SPATIAL_AXES = 3  # PyTorch's convolution kernels cover 1-D, 2-D and 3-D.
 # anyway. The small nets' batches fit in one call. On CUDA the batch is what keeps the GPU
 # busy, and cuDNN's workspace is its own: one call per bottom.
 WORKSPACE_BYTES = 32 << 20
+
+# Note [channels-last convolution on CPU]
+# On CPU PyTorch hands an NCHW convolution to oneDNN, which reorders the input, the output
+# and their gradients into blocks of 16 channels (AVX-512; 8 on AVX2) and back, padding a
+# channel count that is not a multiple of the block: LeNet's conv2 spends more time in
+# those padded reorders than in the convolution (ONEDNN_VERBOSE=1 shows them). On NHWC
+# tensors oneDNN runs its brgemm kernels on the memory as it is. Blobs stay NCHW (Caffe's
+# layout, seen through numpy), so channels-last costs a transpose in and out of each call;
+# bench/conv_layouts.py measured when that pays (docs/benchmarks.md): with input channels
+# above 8 and not a multiple of 16 it ran 0.94-1.48x as fast as NCHW, median 1.15x (20 -> 50
+# channels, LeNet's conv2: 1.39x at 12x12, 1.31x at 24x24); with the others it was mostly
+# slower (3 -> 32: 0.74x, 8 -> 64: 0.72x). So 2-D, ungrouped, non-transposed CPU
+# convolutions whose input channels are above 8 and not a multiple of 16 convolve
+# channels-last; the others NCHW.
+# The two orders of summation differ in the last bits, as any two kernels do; the choice
+# depends on the shapes alone, so a net computes the same on every run.
+NHWC_BLOCK = 16
+
+
+def prefers_channels_last(channels: int, spatial_axes: int, group: int, transposed: bool) -> bool:
+    """Note [channels-last convolution on CPU]: whether a CPU convolution runs NHWC."""
+    return (
+        spatial_axes == 2
+        and group == 1
+        and not transposed
+        and channels > 8
+        and bool(channels % NHWC_BLOCK)
+    )
 
 
 class BaseConvolutionLayer(Layer):
@@ -156,6 +186,9 @@ class BaseConvolutionLayer(Layer):
         )
         self._top_shape = (*shape[:axis], self.num_output, *out)
         self._shape_seen = bottom[0].shape_tuple
+        self._channels_last = self.device.type == "cpu" and prefers_channels_last(
+            self.channels, self.num_spatial, self.group, self.transposed
+        )
 
     # ----- compute --------------------------------------------------------------------------
     def forward(self, bottom, top):
@@ -170,9 +203,12 @@ class BaseConvolutionLayer(Layer):
 
     def _convolve(self, x: torch.Tensor) -> torch.Tensor:
         bias = self.blobs[1].data_tensor if self.bias_term else None
-        return torch.convolution(x, self.blobs[0].data_tensor, bias, self.stride, self.pad,
-                                 self.dilation, self.transposed, self._output_padding,
-                                 self.group)  # fmt: skip
+        weight = self.blobs[0].data_tensor
+        if self._channels_last:
+            x, weight = x.contiguous(memory_format=NHWC), weight.contiguous(memory_format=NHWC)
+        y = torch.convolution(x, weight, bias, self.stride, self.pad, self.dilation,
+                              self.transposed, self._output_padding, self.group)  # fmt: skip
+        return y.contiguous() if self._channels_last else y
 
     def backward(self, top, propagate_down, bottom):
         need_weight = self.param_propagate_down[0]
@@ -197,11 +233,16 @@ class BaseConvolutionLayer(Layer):
     def _backward_chunk(self, dy: torch.Tensor, x: torch.Tensor, mask: list[bool]) -> torch.Tensor:
         """One convolution_backward call: adds the weight and bias gradients (shared weights:
         every bottom adds its own; chunks add up) and returns the bottom's (to overwrite)."""
+        weight = self.blobs[0].data_tensor
+        if self._channels_last:
+            dy, x, weight = (t.contiguous(memory_format=NHWC) for t in (dy, x, weight))
         dx, dw, db = torch.ops.aten.convolution_backward(
-            dy, x, self.blobs[0].data_tensor, [self.num_output] if self.bias_term else None,
+            dy, x, weight, [self.num_output] if self.bias_term else None,
             self.stride, self.pad, self.dilation, self.transposed, self._output_padding,
             self.group, mask,
         )  # fmt: skip
+        if self._channels_last and dx is not None:
+            dx = dx.contiguous()
         if mask[1]:
             self.blobs[0].diff_tensor.add_(dw)
         if mask[2]:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from caffe.conv_geometry import pooled_sizes
 from caffe.layer import Layer, register_layer
+from caffe.onednn_pooling import OneDnnMaxPool, usable
 from caffe.proto import caffe_pb2
 from caffe.stochastic_pooling import StochasticPooling
 
@@ -68,6 +69,8 @@ class PoolingLayer(Layer):
                 )
         self._stochastic: StochasticPooling | None = None
         self._argmax: torch.Tensor | None = None  # MAX: winners of the last forward
+        self._onednn: OneDnnMaxPool | None = None  # MAX on CPU, native windows
+        self._pooled_by_onednn = False  # the last forward went through self._onednn
         self._drawn: torch.Tensor | None = None  # STOCHASTIC TRAIN: the drawn elements
 
     def _read_kernel(self, p) -> tuple[int, int]:
@@ -115,6 +118,12 @@ class PoolingLayer(Layer):
         geometry = zip(out, self.stride, self.kernel, hw, self.pad)
         right = [(o - 1) * s + k - n - pd for o, s, k, n, pd in geometry]
         self.explicit_pads = None if native else (self.pad[1], right[1], self.pad[0], right[0])
+        if self.method == Pool.MAX and native and len(top) == 1:
+            geometry = (self.kernel, self.stride, self.pad, self.ceil_mode)
+            if self._onednn is None or self._onednn.made_for != geometry:
+                self._onednn = OneDnnMaxPool(*geometry)
+        else:
+            self._onednn = None
         if self.method == Pool.STOCHASTIC:
             self._stochastic = StochasticPooling(shape, self.kernel, self.stride, out)
         for blob in top:
@@ -137,15 +146,15 @@ class PoolingLayer(Layer):
             else:
                 top[0].set_data(self._stochastic.forward_test(x))
             return
+        self._pooled_by_onednn = self._onednn is not None and usable(x)
+        if self._pooled_by_onednn:
+            self._onednn.forward(x, top[0], keep=self.need_backward and torch.is_grad_enabled())
+            self._argmax = None  # found with PyTorch if backward comes without the workspace
+            return
         x_in, pad, ceil_mode = self._pool_input(x)
         y = top[0].data_tensor
         if self.method == Pool.MAX:
-            argmax = self._argmax
-            if argmax is None or argmax.shape != y.shape or argmax.device != y.device:
-                self._argmax = argmax = torch.empty(y.shape, dtype=torch.long, device=y.device)
-            torch.ops.aten.max_pool2d_with_indices.out(
-                x_in, self.kernel, self.stride, pad, NO_DILATION, ceil_mode, out=y, indices=argmax
-            )
+            self._find_winners(x_in, pad, ceil_mode, y)
             if self.explicit_pads is not None:
                 y.clamp_(min=-FLT_MAX)  # a window wholly outside the image: Caffe's -FLT_MAX
             if len(top) > 1:
@@ -164,8 +173,14 @@ class PoolingLayer(Layer):
         dy = top[0].diff_tensor
         x = bottom[0].data_tensor
         drawing = self.method == Pool.STOCHASTIC and self.phase == caffe_pb2.TRAIN
-        if (self.method == Pool.MAX and self._argmax is None) or (drawing and self._drawn is None):
+        pooled = self._argmax is not None or self._pooled_by_onednn
+        if (self.method == Pool.MAX and not pooled) or (drawing and self._drawn is None):
             raise self.error("backward called without a forward pass")
+        if self._pooled_by_onednn:
+            if self._onednn.backward(dy, bottom[0]):
+                return
+            if self._argmax is None:  # no workspace kept: the winners, from PyTorch
+                self._find_winners(x, self.pad, self.ceil_mode, torch.empty_like(dy))
         if self.method == Pool.STOCHASTIC:
             if self.phase == caffe_pb2.TRAIN:
                 bottom[0].set_diff(self._stochastic.backward_train(dy, self._drawn))
@@ -194,6 +209,17 @@ class PoolingLayer(Layer):
                 dy / self._divisor(x), x_in, self.kernel, self.stride, (0, 0), False, True, 1
             )
         bottom[0].set_diff(F.pad(dx, [-v for v in self.explicit_pads]))
+
+    def _find_winners(
+        self, x_in: torch.Tensor, pad: tuple[int, int], ceil_mode: bool, y: torch.Tensor
+    ) -> None:
+        """MAX with PyTorch's kernel: the pooled values into `y`, the winners to _argmax."""
+        argmax = self._argmax
+        if argmax is None or argmax.shape != y.shape or argmax.device != y.device:
+            self._argmax = argmax = torch.empty(y.shape, dtype=torch.long, device=y.device)
+        torch.ops.aten.max_pool2d_with_indices.out(
+            x_in, self.kernel, self.stride, pad, NO_DILATION, ceil_mode, out=y, indices=argmax
+        )
 
     def _divisor(self, x: torch.Tensor) -> torch.Tensor:
         """Caffe's AVE divisor per output cell: the window clipped to [-p, in + p)."""

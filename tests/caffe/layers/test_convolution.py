@@ -3,6 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from caffe.base_conv_layer import prefers_channels_last
 from caffe.errors import LayerError
 from tests.caffe.layer_harness import check_gradient, make_layer, run_forward
 from tests.caffe.layers.cuda_compare import assert_cuda_matches_cpu, needs_cuda
@@ -41,6 +42,10 @@ CASES = [
      1, 1, 1, 1, 1),
     ((2, 1, 3, 4, 4), "num_output: 3 kernel_size: 3 pad: 1 axis: 2", 1, 1, 1, 1, 2),
     ((1, 6, 5, 5), "num_output: 3 kernel_size: 3 group: 3 stride: 2 pad: 2", 2, 2, 1, 3, 1),
+    # Input channels above 8, not a multiple of 16: channels-last on CPU (Note
+    # [channels-last convolution on CPU]).
+    ((2, 10, 5, 5), "num_output: 3 kernel_size: 3 pad: 1", 1, 1, 1, 1, 1),
+    ((1, 12, 6, 5), "num_output: 2 kernel_size: 2 stride: 2 bias_term: false", 2, 0, 1, 1, 1),
 ]  # fmt: skip
 
 
@@ -55,6 +60,38 @@ def test_forward_matches_torch_and_gradient_matches_finite_differences(
     assert y.shape == ref.shape
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
     check_gradient(layer, bottom, top)
+
+
+@pytest.mark.parametrize(
+    "channels,spatial,group,transposed,expected",
+    [(20, 2, 1, False, True), (24, 2, 1, False, True), (9, 2, 1, False, True),
+     (8, 2, 1, False, False), (3, 2, 1, False, False), (32, 2, 1, False, False),
+     (48, 2, 1, False, False), (20, 3, 1, False, False), (20, 1, 1, False, False),
+     (20, 2, 2, False, False), (20, 2, 1, True, False)],
+)  # fmt: skip
+def test_channels_last_is_chosen_by_the_shapes_alone(
+    channels, spatial, group, transposed, expected
+):
+    assert prefers_channels_last(channels, spatial, group, transposed) is expected
+
+
+def test_a_channels_last_layer_computes_what_nchw_computes(monkeypatch):
+    # LeNet's conv2 shape; the same layer forced back to NCHW is the reference.
+    x = np.random.default_rng(4).standard_normal((4, 20, 12, 12)).astype(np.float32)
+    results = []
+    for chosen in (True, False):
+        monkeypatch.setattr(
+            "caffe.base_conv_layer.prefers_channels_last", lambda *args, chosen=chosen: chosen
+        )
+        torch.manual_seed(0)
+        layer, bottom, top = make_layer(conv_text("num_output: 50 kernel_size: 5"), [x])
+        assert layer._channels_last is chosen
+        (y,) = run_forward(layer, bottom, top)
+        top[0].diff[...] = np.random.default_rng(5).standard_normal(top[0].shape)
+        layer.run_backward(top, [True], bottom)
+        results.append([y, bottom[0].diff.copy(), *(b.diff.copy() for b in layer.blobs)])
+    for ours, nchw in zip(*results):
+        np.testing.assert_allclose(ours, nchw, rtol=1e-4, atol=1e-4 * np.abs(nchw).max())
 
 
 def test_forward_matches_a_direct_loop_with_groups_stride_pad_and_dilation():

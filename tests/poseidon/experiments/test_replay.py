@@ -85,23 +85,42 @@ def test_layers_spend_the_profiles_time_on_the_dilated_clock(profile):
     clock.configure(dilation=1.0)
 
 
-def test_the_clock_absorbs_its_own_lateness():
+class FakeTime:
+    """perf_counter and sleep of a machine with no other load: a sleep wakes 0.2 ms late."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds + 0.0002
+
+    def work(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_the_clock_absorbs_its_own_lateness(monkeypatch):
+    # The clock's rule on a fake time (on the wall clock of a loaded machine the same
+    # sequence drifts by the scheduler's whims).
+    fake = FakeTime()
+    monkeypatch.setattr(clock, "time", fake)
     device = clock.ReplayClock(dilation=1.0, slack_s=0.005)
-    started = time.perf_counter()
+    started = fake.perf_counter()
     for _ in range(10):
         device.spend(0.004)
-        busy_until = time.perf_counter() + 0.001  # the thread's own work between layers
-        while time.perf_counter() < busy_until:
-            pass
-    elapsed = time.perf_counter() - started
+        fake.work(0.001)  # the thread's own work between layers
+    elapsed = fake.perf_counter() - started
     # 10 x (4 ms + 1 ms of the thread's own work) would be 50 ms; the device ran its
-    # 40 ms back to back, plus the last 1 ms.
-    assert elapsed == pytest.approx(0.041, abs=0.006)
+    # 40 ms back to back, plus the last 1 ms and the last sleep's lateness.
+    assert elapsed == pytest.approx(0.0412, abs=1e-9)
+    assert device.stats.restarts == 1  # the first spend: the device was idle
+    assert device.stats.late_s == pytest.approx(10 * 0.0002)
     device.spend(0.0)
-    time.sleep(0.02)  # a real wait (a gradient in flight): the device idles
-    restarts = device.stats.restarts
+    fake.sleep(0.02)  # a real wait (a gradient in flight): the device idles
     device.spend(0.001)
-    assert device.stats.restarts == restarts + 1
+    assert device.stats.restarts == 2
 
 
 def test_a_profile_of_another_net_is_refused(profile):
@@ -137,7 +156,9 @@ def test_layers_that_pin_their_own_lr_mult_stay_frozen_in_the_replay(tmp_path):
     assert replay.params_lr == real.params_lr
 
 
-def test_a_cpu_is_its_own_host_so_its_replay_gives_no_back_to_back_credit(tmp_path, profile):
+def test_a_cpu_is_its_own_host_so_its_replay_gives_no_back_to_back_credit(
+    tmp_path, profile, monkeypatch
+):
     # The worker replays a CPU profile on a clock where host work adds (as on a CPU), any
     # other device's with the default slack (a GPU's queue hides host work).
     import argparse
@@ -159,11 +180,12 @@ def test_a_cpu_is_its_own_host_so_its_replay_gives_no_back_to_back_credit(tmp_pa
         assert clock.device_clock().host_is_device == host_is_device
     clock.configure(dilation=1.0)
 
+    # On the host, its own work between steps adds up; only a sleep's lateness does not.
+    fake = FakeTime()
+    monkeypatch.setattr(clock, "time", fake)
     device = clock.ReplayClock(dilation=1.0, host_is_device=True)
-    started = time.perf_counter()
+    started = fake.perf_counter()
     for _ in range(10):
         device.spend(0.004)
-        busy_until = time.perf_counter() + 0.001
-        while time.perf_counter() < busy_until:
-            pass
-    assert time.perf_counter() - started == pytest.approx(0.050, abs=0.008)
+        fake.work(0.001)
+    assert fake.perf_counter() - started == pytest.approx(0.0502, abs=1e-9)

@@ -1,0 +1,50 @@
+"""Keep the multi-MB buffers a training step frees for the next step (glibc's malloc).
+
+Why: every step allocates and frees the same activation-sized buffers, in the engine as in
+torch.nn. glibc hands a freed multi-MB buffer back to the kernel (munmap, or trimming the
+heap's top) by thresholds it adjusts as the process runs, and the next step faults the
+memory in again, a page at a time. On the 2-core development VM a fault costs ~2 µs, and
+bench/page_faults.py counted 0 to ~2,400 of them per LeNet step in one process and the
+next (CIFAR-10 quick: up to ~9,500, ~20 ms), for the engine and torch.nn alike: that, not
+the kernels, was most of the ±10% wall-time spread between processes. Fixed thresholds
+stop it: buffers up to 32 MiB (glibc's ceiling for M_MMAP_THRESHOLD on 64-bit) come from
+the heap, and the heap keeps up to 256 MiB of free memory at its top. Steady-state RSS is
+then the peak of a step, which it was already while the step ran.
+
+`CAFFE_MALLOC=system` leaves glibc as it is; glibc's own MALLOC_MMAP_THRESHOLD_ and
+MALLOC_TRIM_THRESHOLD_, when set, win (they also turn its adjusting off).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+MMAP_THRESHOLD = 32 << 20
+TRIM_THRESHOLD = 256 << 20
+_M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
+_M_MMAP_THRESHOLD = -3
+_GLIBC_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+
+
+def keep_step_buffers() -> bool:
+    """Apply CAFFE_MALLOC (default `keep`); True when glibc now keeps freed buffers."""
+    setting = os.environ.get("CAFFE_MALLOC", "keep").strip().lower() or "keep"
+    if setting not in ("keep", "system"):
+        raise ValueError(f"CAFFE_MALLOC={setting!r}: expected 'keep' or 'system'")
+    if setting == "system" or any(name in os.environ for name in _GLIBC_SETTINGS):
+        return False
+    if not _glibc():
+        return False  # musl, macOS: other allocators, other rules
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
+
+
+def _glibc() -> bool:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")
+    except (AttributeError, ValueError, OSError):
+        return False

@@ -1,0 +1,85 @@
+"""caffe/heap.py: CAFFE_MALLOC sets glibc's thresholds (keep, the default) or leaves them
+(system); glibc's own settings win; a wrong value is an error that names the variable."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import caffe.heap as heap
+
+
+class FakeMallopt:
+    """Records its calls; answers 1 (success), as glibc's mallopt does."""
+
+    argtypes: tuple = ()
+
+    def __init__(self):
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, param: int, value: int) -> int:
+        self.calls.append((param, value))
+        return 1
+
+
+class FakeLibc:
+    def __init__(self):
+        self.mallopt = FakeMallopt()
+
+
+@pytest.fixture
+def libc(monkeypatch):
+    fake = FakeLibc()
+    monkeypatch.setattr(heap.ctypes, "CDLL", lambda name: fake)
+    monkeypatch.setattr(heap, "_glibc", lambda: True)
+    for name in ("CAFFE_MALLOC", *heap._GLIBC_SETTINGS):
+        monkeypatch.delenv(name, raising=False)
+    return fake.mallopt
+
+
+def test_keep_by_default_sets_both_thresholds(libc):
+    assert heap.keep_step_buffers()
+    assert libc.calls == [(-3, 32 << 20), (-1, 256 << 20)]  # M_MMAP_THRESHOLD, M_TRIM_...
+
+
+@pytest.mark.parametrize("value", ["keep", " KEEP ", ""])
+def test_keep_spelled_any_way(libc, monkeypatch, value):
+    monkeypatch.setenv("CAFFE_MALLOC", value)
+    assert heap.keep_step_buffers()
+
+
+def test_system_leaves_glibc_alone(libc, monkeypatch):
+    monkeypatch.setenv("CAFFE_MALLOC", "system")
+    assert not heap.keep_step_buffers()
+    assert libc.calls == []
+
+
+@pytest.mark.parametrize("name", ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"])
+def test_glibc_settings_of_the_user_win(libc, monkeypatch, name):
+    monkeypatch.setenv(name, "1048576")
+    assert not heap.keep_step_buffers()
+    assert libc.calls == []
+
+
+def test_other_allocators_are_left_alone(libc, monkeypatch):
+    monkeypatch.setattr(heap, "_glibc", lambda: False)
+    assert not heap.keep_step_buffers()
+    assert libc.calls == []
+
+
+def test_a_wrong_value_names_the_variable(libc, monkeypatch):
+    monkeypatch.setenv("CAFFE_MALLOC", "jemalloc")
+    with pytest.raises(ValueError, match=r"CAFFE_MALLOC='jemalloc': expected 'keep' or 'system'"):
+        heap.keep_step_buffers()
+
+
+@pytest.mark.skipif(not heap._glibc(), reason="glibc only")
+def test_import_caffe_applies_it_on_this_machine():
+    # The real mallopt, in a fresh process: importing caffe keeps the buffers.
+    code = "import caffe, caffe.heap; print(caffe.heap.keep_step_buffers())"
+    env = {k: v for k, v in os.environ.items() if k != "CAFFE_MALLOC"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "True"
