@@ -215,10 +215,11 @@ class Blob:
     # docs/engine.md), so it follows. The caller promises a fresh tensor: a kernel's output
     # that nothing else holds (no view of another blob, nothing an autograd graph keeps).
     # Adopting is not free either: the replaced memory goes back to malloc, and whether the
-    # next output reuses it or is a fresh mapping to fault in depends on glibc's history in
-    # the process. Measured (bench/page_faults.py): adopting saves faults where outputs are
-    # mapped afresh anyway (CIFAR-10 quick's 13 MB conv1), and costs some where copying would
-    # have recycled one buffer (LeNet's 2.9 MB conv1, in two processes of three).
+    # next output reuses it or is a fresh mapping to fault in depends on glibc's thresholds.
+    # Measured (bench/page_faults.py, docs/benchmarks.md): with glibc left alone, adopting
+    # faulted less than copying on CIFAR-10 quick and more on LeNet, varying by process;
+    # with the thresholds caffe/heap.py sets (the default) neither faults, and adopting
+    # saves the copy.
     def take_data(self, tensor: torch.Tensor) -> None:
         """set_data for a kernel's fresh output: adopted instead of copied where nothing
         can tell (Note [taking fresh tensors])."""

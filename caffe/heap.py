@@ -3,13 +3,13 @@
 Why: every step allocates and frees the same activation-sized buffers, in the engine as in
 torch.nn. glibc hands a freed multi-MB buffer back to the kernel (munmap, or trimming the
 heap's top) by thresholds it adjusts as the process runs, and the next step faults the
-memory in again, a page at a time. On the 2-core development VM a fault costs ~2 µs, and
-bench/page_faults.py counted 0 to ~2,400 of them per LeNet step in one process and the
-next (CIFAR-10 quick: up to ~9,500, ~20 ms), for the engine and torch.nn alike: that, not
-the kernels, was most of the ±10% wall-time spread between processes. Fixed thresholds
-stop it: buffers up to 32 MiB (glibc's ceiling for M_MMAP_THRESHOLD on 64-bit) come from
-the heap, and the heap keeps up to 256 MiB of free memory at its top. Steady-state RSS is
-then the peak of a step, which it was already while the step ran.
+memory in again, a page at a time. bench/page_faults.py counted 0 to ~700 faults per LeNet
+step from one process to the next, and up to ~12,800 per CIFAR-10 quick step (~20 ms of a
+~60 ms step on the 2-core development VM), for the engine and torch.nn alike: that, not the
+kernels, was most of the ±10% wall-time spread between processes (docs/benchmarks.md).
+Fixed thresholds stop it: buffers up to 32 MiB (glibc's ceiling for M_MMAP_THRESHOLD on
+64-bit) come from the heap, and the heap keeps up to 256 MiB of free memory at its top.
+Steady-state RSS is then the peak of a step, which it was already while the step ran.
 
 `CAFFE_MALLOC=system` leaves glibc as it is; glibc's own MALLOC_MMAP_THRESHOLD_ and
 MALLOC_TRIM_THRESHOLD_, when set, win (they also turn its adjusting off).
