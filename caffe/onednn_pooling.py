@@ -33,9 +33,18 @@ _aten = torch.ops.aten
 _NO_DILATION = (1, 1)
 
 
+_BUILT_IN = torch.backends.mkldnn.is_available()
+
+
 def usable(x: torch.Tensor) -> bool:
-    """Whether oneDNN can pool `x` here: a float32 CPU tensor, oneDNN built into torch."""
-    return x.device.type == "cpu" and x.dtype == torch.float32 and torch.backends.mkldnn.enabled
+    """Whether oneDNN can pool `x` here: a float32 CPU tensor, oneDNN built into torch and
+    not switched off (torch.backends.mkldnn.enabled)."""
+    return (
+        _BUILT_IN
+        and torch.backends.mkldnn.enabled
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+    )
 
 
 class OneDnnMaxPool:

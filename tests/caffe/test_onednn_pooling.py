@@ -95,9 +95,11 @@ def test_without_the_workspace_backward_answers_false():
     assert dx is None
 
 
-def test_usable_only_for_float32_cpu():
+def test_usable_only_for_float32_cpu_with_onednn_on(monkeypatch):
     assert usable(torch.zeros(1, 1, 2, 2))
     assert not usable(torch.zeros(1, 1, 2, 2, dtype=torch.float64))
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    assert not usable(torch.zeros(1, 1, 2, 2))
 
 
 def layer_with(text_kernel: str, x: np.ndarray, need_backward: bool):
