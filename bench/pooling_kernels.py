@@ -16,6 +16,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -34,7 +35,7 @@ POOLS = {
 }
 
 
-def pytorch_step(x: torch.Tensor, k: int, s: int, dy: torch.Tensor) -> callable:
+def pytorch_step(x: torch.Tensor, k: int, s: int, dy: torch.Tensor) -> Callable[[], None]:
     aten = torch.ops.aten
     y, idx = aten.max_pool2d_with_indices(x, [k, k], [s, s], [0, 0], [1, 1], True)
     dx = torch.empty_like(x)
@@ -49,7 +50,7 @@ def pytorch_step(x: torch.Tensor, k: int, s: int, dy: torch.Tensor) -> callable:
     return step
 
 
-def onednn_step(x: torch.Tensor, k: int, s: int, dy: torch.Tensor) -> callable:
+def onednn_step(x: torch.Tensor, k: int, s: int, dy: torch.Tensor) -> Callable[[], None]:
     pool = OneDnnMaxPool((k, k), (s, s), (0, 0), True)
     top, bottom = Blob(dy.shape), Blob(x.shape)
     top.diff_tensor.copy_(dy)
