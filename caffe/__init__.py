@@ -21,7 +21,6 @@ from caffe.common import (
     solver_rank,
 )
 from caffe.data_threads import set_data_threads
-from caffe.heap import keep_step_buffers
 from caffe.layer import Layer, layer_type_list
 from caffe.log import init_log, log
 from caffe.net import Net
@@ -51,7 +50,6 @@ _LAZY = {
 _SUBMODULES = {"io", "net_spec", "draw", "coord_map", "proto", "layers", "solvers", "parallel"}
 
 init_log()
-keep_step_buffers()
 
 
 def __getattr__(name: str):

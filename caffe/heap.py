@@ -11,6 +11,8 @@ Fixed thresholds stop it: buffers up to 32 MiB (glibc's ceiling for M_MMAP_THRES
 64-bit) come from the heap, and the heap keeps up to 256 MiB of free memory at its top.
 Steady-state RSS is then the peak of a step, which it was already while the step ran.
 
+The process's first caffe.Net applies it (not `import caffe`: poseidon.torch imports engine
+modules, and a plain PyTorch program that uses it keeps its malloc as it was).
 `CAFFE_MALLOC=system` leaves glibc as it is; glibc's own MALLOC_MMAP_THRESHOLD_ and
 MALLOC_TRIM_THRESHOLD_, when set, win (they also turn its adjusting off).
 """
@@ -20,18 +22,29 @@ from __future__ import annotations
 import ctypes
 import os
 
+from caffe.errors import CaffeError
+
 MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 256 << 20
 _M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
 _M_MMAP_THRESHOLD = -3
 _GLIBC_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+_outcome: bool | None = None  # keep_step_buffers_once's answer, once it has run
+
+
+def keep_step_buffers_once() -> bool:
+    """keep_step_buffers, the first time it succeeds in deciding; its answer after that."""
+    global _outcome
+    if _outcome is None:
+        _outcome = keep_step_buffers()
+    return _outcome
 
 
 def keep_step_buffers() -> bool:
     """Apply CAFFE_MALLOC (default `keep`); True when glibc now keeps freed buffers."""
     setting = os.environ.get("CAFFE_MALLOC", "keep").strip().lower() or "keep"
     if setting not in ("keep", "system"):
-        raise ValueError(f"CAFFE_MALLOC={setting!r}: expected 'keep' or 'system'")
+        raise CaffeError(f"CAFFE_MALLOC={setting!r}: want 'keep' or 'system'")
     if setting == "system" or any(name in os.environ for name in _GLIBC_SETTINGS):
         return False
     if not _glibc():

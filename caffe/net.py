@@ -23,6 +23,7 @@ import torch
 from caffe.blob import Blob
 from caffe.common import SHAPES_ONLY_DEVICE, compute_device, root_solver
 from caffe.errors import NetError
+from caffe.heap import keep_step_buffers_once
 from caffe.insert_splits import insert_splits
 from caffe.layer import Layer, create_layer
 from caffe.net_filter import filter_net
@@ -55,6 +56,8 @@ class Net(PycaffeNetMixin, NetWeightsMixin, NetViewsMixin):
         if shapes_only and weights:
             raise NetError("a shapes-only net holds no values: it cannot load weights")
         self.device = SHAPES_ONLY_DEVICE if shapes_only else compute_device()
+        if not shapes_only:
+            keep_step_buffers_once()  # caffe/heap.py: CAFFE_MALLOC
         self._before_forward: list[LayerCallback] = []
         self._after_forward: list[LayerCallback] = []
         self._before_backward: list[LayerCallback] = []

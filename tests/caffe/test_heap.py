@@ -1,5 +1,6 @@
 """caffe/heap.py: CAFFE_MALLOC sets glibc's thresholds (keep, the default) or leaves them
-(system); glibc's own settings win; a wrong value is an error that names the variable."""
+(system), when the first Net is built; glibc's own settings win; a wrong value is an error
+that names the variable."""
 
 import os
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import pytest
 
 import caffe.heap as heap
+from caffe.errors import CaffeError
 
 
 class FakeMallopt:
@@ -70,16 +72,47 @@ def test_other_allocators_are_left_alone(libc, monkeypatch):
 
 def test_a_wrong_value_names_the_variable(libc, monkeypatch):
     monkeypatch.setenv("CAFFE_MALLOC", "jemalloc")
-    with pytest.raises(ValueError, match=r"CAFFE_MALLOC='jemalloc': expected 'keep' or 'system'"):
+    with pytest.raises(CaffeError, match=r"CAFFE_MALLOC='jemalloc': want 'keep' or 'system'"):
         heap.keep_step_buffers()
 
 
-@pytest.mark.skipif(not heap._glibc(), reason="glibc only")
-def test_import_caffe_applies_it_on_this_machine():
-    # The real mallopt, in a fresh process: importing caffe keeps the buffers.
-    code = "import caffe, caffe.heap; print(caffe.heap.keep_step_buffers())"
+def run_python(code: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "CAFFE_MALLOC"}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
-    assert out.stdout.strip() == "True"
+    return out.stdout.strip()
+
+
+@pytest.mark.skipif(not heap._glibc(), reason="glibc only")
+def test_the_first_net_applies_it_not_the_import():
+    # The real mallopt, in a fresh process.
+    code = """
+import caffe, caffe.heap
+from caffe.proto_io import parse_net_text
+print(caffe.heap._outcome)
+caffe.Net(parse_net_text('layer { name: "x" type: "Input" top: "x" '
+                         'input_param { shape { dim: 1 } } }'))
+print(caffe.heap._outcome)
+"""
+    assert run_python(code).split() == ["None", "True"]
+
+
+def test_poseidon_torch_leaves_malloc_alone():
+    # A plain PyTorch program that uses poseidon.torch keeps its allocator as it was.
+    assert run_python("import poseidon.torch, caffe.heap; print(caffe.heap._outcome)") == "None"
+
+
+def test_once_decides_once(libc, monkeypatch):
+    monkeypatch.setattr(heap, "_outcome", None)
+    assert heap.keep_step_buffers_once() and heap.keep_step_buffers_once()
+    assert len(libc.calls) == 2  # one pair of mallopt calls
+
+
+def test_once_asks_again_after_an_error(libc, monkeypatch):
+    monkeypatch.setattr(heap, "_outcome", None)
+    monkeypatch.setenv("CAFFE_MALLOC", "wrong")
+    with pytest.raises(CaffeError, match="CAFFE_MALLOC"):
+        heap.keep_step_buffers_once()
+    monkeypatch.setenv("CAFFE_MALLOC", "system")
+    assert not heap.keep_step_buffers_once()
