@@ -168,9 +168,10 @@ def time_torch(model, x, y, iters: int, device: torch.device) -> float:
     return (time.perf_counter() - start) * 1000 / iters
 
 
-def bench(name: str, device: torch.device, rounds: int, iters: int, batch: int) -> tuple:
-    builder, default_batch, shape, classes = MODELS[name]
-    batch = batch or default_batch
+def training_pair(name: str, batch: int, device: torch.device) -> tuple:
+    """(engine net, torch.nn model, input, labels): the same TRAIN net, weights and batch
+    on both sides, the batch already in the engine's input blobs."""
+    builder, _, shape, classes = MODELS[name]
     net = engine_net(name, batch, caffe.TRAIN)
     model = builder().to(device).train()
     copy_weights(net, model)
@@ -179,8 +180,12 @@ def bench(name: str, device: torch.device, rounds: int, iters: int, batch: int) 
     y = rng.integers(0, classes, batch).astype(np.float32)
     net.blobs["data"].data[...] = x
     net.blobs["label"].data[...] = y
-    tx = torch.from_numpy(x).to(device)
-    ty = torch.from_numpy(y).long().to(device)
+    return net, model, torch.from_numpy(x).to(device), torch.from_numpy(y).long().to(device)
+
+
+def bench(name: str, device: torch.device, rounds: int, iters: int, batch: int) -> tuple:
+    batch = batch or MODELS[name][1]
+    net, model, tx, ty = training_pair(name, batch, device)
     time_engine(net, 1, device)  # warm-up both
     time_torch(model, tx, ty, 1, device)
     ours, theirs = [], []

@@ -36,24 +36,13 @@ def child(mode: str, name: str, steps: int) -> None:
     os.environ.setdefault("GLOG_minloglevel", "2")
     sys.path.insert(0, HERE)
     import engine_vs_torch as nets
-    import numpy as np
     import torch
 
-    import caffe
     from caffe.blob import Blob
 
     if mode == "copy":  # what the layers did before Note [taking fresh tensors]
         Blob.take_data, Blob.take_diff = Blob.set_data, Blob.set_diff
-    builder, batch, shape, classes = nets.MODELS[name]
-    net = nets.engine_net(name, batch, caffe.TRAIN)
-    model = builder().train()
-    nets.copy_weights(net, model)
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((batch, *shape)).astype(np.float32)
-    y = rng.integers(0, classes, batch).astype(np.float32)
-    net.blobs["data"].data[...] = x
-    net.blobs["label"].data[...] = y
-    tx, ty = torch.from_numpy(x), torch.from_numpy(y).long()
+    net, model, tx, ty = nets.training_pair(name, nets.MODELS[name][1], torch.device("cpu"))
 
     def engine_step() -> None:
         net.clear_param_diffs()

@@ -50,7 +50,7 @@ WORKSPACE_BYTES = 32 << 20
 # layout, seen through numpy), so channels-last costs a transpose in and out of each call;
 # bench/conv_layouts.py measured when that pays (docs/benchmarks.md): with input channels
 # above 8 and not a multiple of 16 it ran 0.94-1.48x as fast as NCHW, median 1.15x (20 -> 50
-# channels, LeNet's conv2: 1.39x at 12x12, 1.31x at 24x24); with the others it was mostly
+# channels, as LeNet's conv2: 1.39x at 12x12, 1.31x at 24x24); with the others it was mostly
 # slower (3 -> 32: 0.74x, 8 -> 64: 0.72x). So 2-D, ungrouped, non-transposed CPU
 # convolutions whose input channels are above 8 and not a multiple of 16 convolve
 # channels-last; the others NCHW.
@@ -108,6 +108,9 @@ class BaseConvolutionLayer(Layer):
                 f"Number of output should be multiples of group (num_output {self.num_output}, "
                 f"group {self.group})"
             )
+        self._channels_last = self.device.type == "cpu" and prefers_channels_last(
+            self.channels, self.num_spatial, self.group, self.transposed
+        )
         self._make_blobs(p)
 
     def _read_geometry(self, p) -> None:
@@ -186,9 +189,6 @@ class BaseConvolutionLayer(Layer):
         )
         self._top_shape = (*shape[:axis], self.num_output, *out)
         self._shape_seen = bottom[0].shape_tuple
-        self._channels_last = self.device.type == "cpu" and prefers_channels_last(
-            self.channels, self.num_spatial, self.group, self.transposed
-        )
 
     # ----- compute --------------------------------------------------------------------------
     def forward(self, bottom, top):

@@ -578,14 +578,8 @@ def join(
     attach a PoseidonSync to `solver`."""
     global _colocated_shards
     native = config.to_native()
-    if config.colocate:
-        _colocated_shards = min(config.num_workers, config.num_servers)
-    # More workers than shards: a worker beyond them has none beside it.
-    shard = (
-        rendezvous.NodeThread.shard(config)
-        if config.colocate and config.rank < config.num_servers
-        else None
-    )
+    _colocated_shards = config.colocated_shards
+    shard = rendezvous.NodeThread.shard(config) if config.rank < config.colocated_shards else None
     if shard is not None:
         native.local_server = shard.node.local_address
     try:

@@ -423,6 +423,12 @@ class Config:
             )
 
     @property
+    def colocated_shards(self) -> int:
+        """How many shards run inside a worker's process: shard r inside worker r's, for
+        r below this (more workers than shards: the rest have none beside them)."""
+        return min(self.num_workers, self.num_servers) if self.colocate else 0
+
+    @property
     def listen_address(self) -> str:
         if self.listen:
             return self.listen

@@ -76,31 +76,47 @@ def test_a_wrong_value_names_the_variable(libc, monkeypatch):
         heap.keep_step_buffers()
 
 
-def run_python(code: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "CAFFE_MALLOC"}
+# A fresh process whose mallopt only records (torch is imported first: it loads its own
+# libraries through ctypes.CDLL), printing how many calls each step made so far.
+RECORDING = """
+import ctypes, torch
+calls = []
+def mallopt(param, value):
+    calls.append(param)
+    return 1
+libc = type("Libc", (), {})()
+libc.mallopt = mallopt
+ctypes.CDLL = lambda name: libc
+import caffe
+print(len(calls))
+import poseidon.torch
+print(len(calls))
+from caffe.proto_io import parse_net_text
+text = 'layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 1 } } }'
+caffe.Net(parse_net_text(text))
+print(len(calls))
+caffe.Net(parse_net_text(text))
+print(len(calls))
+"""
+
+
+def test_the_first_net_applies_it_not_an_import():
+    # Not at `import caffe`, nor through poseidon.torch (a plain PyTorch program keeps its
+    # allocator); once, at the first Net.
+    env = {k: v for k, v in os.environ.items() if k not in ("CAFFE_MALLOC", *heap._GLIBC_SETTINGS)}
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-c", RECORDING], capture_output=True, text=True, env=env, check=True
     )
-    return out.stdout.strip()
+    expected = ["0", "0", "2", "2"] if heap._glibc() else ["0", "0", "0", "0"]
+    assert out.stdout.split() == expected, out.stderr[-2000:]
 
 
 @pytest.mark.skipif(not heap._glibc(), reason="glibc only")
-def test_the_first_net_applies_it_not_the_import():
-    # The real mallopt, in a fresh process.
-    code = """
-import caffe, caffe.heap
-from caffe.proto_io import parse_net_text
-print(caffe.heap._outcome)
-caffe.Net(parse_net_text('layer { name: "x" type: "Input" top: "x" '
-                         'input_param { shape { dim: 1 } } }'))
-print(caffe.heap._outcome)
-"""
-    assert run_python(code).split() == ["None", "True"]
-
-
-def test_poseidon_torch_leaves_malloc_alone():
-    # A plain PyTorch program that uses poseidon.torch keeps its allocator as it was.
-    assert run_python("import poseidon.torch, caffe.heap; print(caffe.heap._outcome)") == "None"
+def test_this_glibc_takes_the_settings(monkeypatch):
+    monkeypatch.delenv("CAFFE_MALLOC", raising=False)
+    for name in heap._GLIBC_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    assert heap.keep_step_buffers()  # the real mallopt answered 1 twice
 
 
 def test_once_decides_once(libc, monkeypatch):

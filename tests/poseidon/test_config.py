@@ -173,3 +173,14 @@ def test_layer_schemes() -> None:
     assert Config().layer_schemes == {}
     with pytest.raises(SettingError, match="POSEIDON_LAYER_SCHEMES='fc7=fast'"):
         Config.from_env({"POSEIDON_LAYER_SCHEMES": "fc7=fast"})
+
+
+@pytest.mark.parametrize(
+    ("colocate", "workers", "servers", "expected"),
+    [(True, 4, 4, 4), (True, 4, 2, 2), (True, 2, 4, 2), (False, 4, 4, 0)],
+)
+def test_colocated_shards_are_the_ranks_with_a_shard_beside_them(
+    colocate: bool, workers: int, servers: int, expected: int
+) -> None:
+    config = Config(num_workers=workers, num_servers=servers, colocate=colocate)
+    assert config.colocated_shards == expected

@@ -192,12 +192,10 @@ class DistributedDataParallel(nn.Module):
     def _peers_named(self) -> Iterator[None]:
         """A peer failure raised inside names a lost colocated shard's worker too (shard r
         runs inside rank r's process: either connection may be the first seen to close)."""
-        config = self.session.config
-        colocated = min(config.num_workers, config.num_servers) if config.colocate else 0
         try:
             yield
         except _C.CommError as e:
-            raise naming_the_process(e, colocated) from None
+            raise naming_the_process(e, self.session.config.colocated_shards) from None
 
     # ----- hooks ----------------------------------------------------------------------------
     def _attach(self) -> None:

@@ -145,7 +145,7 @@ def join(overrides: dict[str, object] | None = None) -> Session:
                             f"{e}") from None  # fmt: skip
     native = config.to_native()
     shard = None
-    if config.colocate and config.rank < config.num_servers:
+    if config.rank < config.colocated_shards:
         shard = rendezvous.NodeThread.shard(config)
         native.local_server = shard.node.local_address
     try:
