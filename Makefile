@@ -11,6 +11,9 @@ CMAKE_FLAGS := --config-settings=cmake.define.POSEIDON_BUILD_TESTS=ON \
                --config-settings=cmake.define.POSEIDON_WERROR=ON
 SOURCES := $(shell find caffe python poseidon -name '*.cc' -o -name '*.h' -o -name '*.cpp' \
              -o -name '*.proto' -o -name 'CMakeLists.txt' 2>/dev/null) CMakeLists.txt pyproject.toml
+# The editable install maps each Python module to its file once: a module added, moved or
+# removed (a directory's entries change) needs a reinstall.
+SOURCES += $(shell find caffe python -type d -not -path '*/__pycache__*' 2>/dev/null)
 
 .PHONY: setup build demo test lint format pytest ctest bench clean
 

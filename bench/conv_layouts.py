@@ -8,7 +8,7 @@ so channels-last costs a transpose in and out of each call. This bench times bot
 a grid of channel counts (input 12×12, 5×5 kernel, pad 2, batch 64; --spatial for others):
 NCHW is torch.convolution + convolution_backward on the blobs' tensors; channels-last
 is the same with the input, weight and output gradient transposed to NHWC first and the
-output and input gradient transposed back, as caffe/base_conv_layer.py does. Rounds
+output and input gradient transposed back, as caffe/layers/_base_conv.py does. Rounds
 alternate the two; the ratio (NCHW ms / channels-last ms, > 1: channels-last is faster) is
 the median over neighbouring pairs of rounds, as in bench/engine_vs_torch.py.
 

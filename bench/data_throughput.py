@@ -30,7 +30,7 @@ os.environ.setdefault("GLOG_minloglevel", "2")
 from google.protobuf import text_format
 
 import caffe
-from caffe.db import open_db_writer
+from caffe.data.db import open_db_writer
 from caffe.proto import caffe_pb2
 
 SIDE, CROP, BATCH = 256, 227, 64

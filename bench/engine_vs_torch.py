@@ -28,8 +28,8 @@ from torch import nn
 
 os.environ.setdefault("GLOG_minloglevel", "2")
 import caffe
+from caffe.formats.proto_io import read_net_param
 from caffe.proto import caffe_pb2
-from caffe.proto_io import read_net_param
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

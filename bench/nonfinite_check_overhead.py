@@ -1,4 +1,4 @@
-"""What the per-iteration divergence check costs (caffe/divergence.py, Note [cheap check]).
+"""What the per-iteration divergence check costs (caffe/solvers/divergence.py, Note [cheap check]).
 
 Every training iteration the solver checks that the loss (a float already) and the flat
 gradient buffer `net.param_diff` (one sum) are finite. This bench trains a net with DummyData
@@ -29,7 +29,7 @@ os.environ.setdefault("GLOG_minloglevel", "2")
 import torch
 
 import caffe
-import caffe.proto_io
+import caffe.formats.proto_io
 from caffe.proto import caffe_pb2
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def solver_for(model: str, batch: int | None, directory: str) -> caffe.SGDSolver:
     net_path = os.path.join(ROOT, "models", model, "train_val_dummy.prototxt")
-    net = caffe.proto_io.read_net_param(net_path)
+    net = caffe.formats.proto_io.read_net_param(net_path)
     if batch is not None:
         for layer in net.layer:
             if layer.type == "DummyData":

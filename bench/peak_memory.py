@@ -65,8 +65,8 @@ def engine_child(model: str, batch: int, iters: int) -> dict:
     import torch
 
     import caffe
+    from caffe.formats.proto_io import read_net_param
     from caffe.proto import caffe_pb2
-    from caffe.proto_io import read_net_param
 
     torch.ones(4).add_(1)
     base = vm_kib("VmRSS") << 10

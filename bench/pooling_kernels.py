@@ -1,6 +1,6 @@
 """CPU MAX pooling, PyTorch's NCHW kernel vs oneDNN's: forward+backward of the zoo nets' pools.
 
-Why: caffe/layers/pooling.py pools MAX through oneDNN on CPU (caffe/onednn_pooling.py),
+Why: caffe/layers/pooling.py pools MAX through oneDNN on CPU (caffe/layers/_onednn_pooling.py),
 conversions in and out included; this bench times that beside what it replaced (PyTorch's
 max_pool2d_with_indices into the blob and its backward from the indices), on the pooling
 shapes of the engine-vs-torch nets at their bench batch sizes. Rounds alternate the two;
@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 from caffe.blob import Blob
-from caffe.onednn_pooling import OneDnnMaxPool
+from caffe.layers._onednn_pooling import OneDnnMaxPool
 
 # name -> (input shape, kernel, stride): bench/engine_vs_torch.py's nets and batches
 POOLS = {

@@ -23,7 +23,7 @@ from poseidon.experiments.resolve import resolve_profile
 def predict(profile, cell: dict, link: Link) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     """A cell's predicted iteration (a poseidon-tuned cell with the plan it ran) and the
     share of it that one node's uplink is busy (bytes over goodput): where that share is
-    high, the fluid link of the model is optimistic (docs/experiments.md, §6.5)."""
+    high, the fluid link of the model is optimistic (docs/experiments.md §6.5)."""
     mode, schemes = cell["mode"], None
     if mode == "poseidon-tuned":
         mode = "poseidon"

@@ -1,4 +1,4 @@
-"""Fast wire-level .caffemodel I/O (caffe/weights_io.py) vs plain Python protobuf.
+"""Fast wire-level .caffemodel I/O (caffe/formats/weights_io.py) vs plain Python protobuf.
 
 Builds a synthetic model with the real layer shapes of VGG19-22K (VGG19's 16 conv layers,
 fc6 25088->4096, fc7 4096->4096, fc8 4096->21841; about 0.9 GB), then times side by side:
@@ -28,8 +28,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from caffe.formats.weights_io import BlobArray, read_caffemodel, write_caffemodel
 from caffe.proto import caffe_pb2
-from caffe.weights_io import BlobArray, read_caffemodel, write_caffemodel
 
 T = TypeVar("T")
 

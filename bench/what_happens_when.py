@@ -174,7 +174,7 @@ def disk_full(directory: Path) -> dict[str, str]:
         job = Job([*CAFFE, "train", "--solver", solver], directory)
         started = time.monotonic()
         status, ended, last = job.finish(120)
-        from caffe.weights_io import read_caffemodel, read_solverstate
+        from caffe.formats.weights_io import read_caffemodel, read_solverstate
 
         newest = max(full.glob("disk_iter_*.solverstate"), key=lambda p: p.stat().st_mtime)
         state, _ = read_solverstate(str(newest))  # raises if it were damaged

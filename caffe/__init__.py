@@ -20,7 +20,7 @@ from caffe.common import (
     solver_count,
     solver_rank,
 )
-from caffe.data_threads import set_data_threads
+from caffe.data.threads import set_data_threads
 from caffe.layer import Layer, layer_type_list
 from caffe.log import init_log, log
 from caffe.net import Net
@@ -45,7 +45,7 @@ _LAZY = {
     "params": "caffe.net_spec",
     "Classifier": "caffe.classifier",
     "Detector": "caffe.detector",
-    "NCCL": "caffe.nccl",
+    "NCCL": "caffe.parallel.nccl",
 }
 _SUBMODULES = {"io", "net_spec", "draw", "coord_map", "proto", "layers", "solvers", "parallel"}
 

@@ -92,7 +92,7 @@ def compute_device() -> torch.device:
 # (`caffe.Net(..., shapes_only=True)`): tensors there have shapes and no memory, so every
 # layer's own setup and reshape run unchanged and give exactly the shapes of a real net (one
 # source of truth, no shape rules written twice), while fillers draw nothing
-# (caffe/fillers.py) and data layers read at most their first record (caffe/prefetch.py).
+# (caffe/fillers.py) and data layers read at most their first record (caffe/data/prefetch.py).
 # VGG19-22K's 229 M weights then cost neither their gigabytes nor the seconds of filling.
 SHAPES_ONLY_DEVICE = torch.device("meta")
 

@@ -26,12 +26,12 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from caffe.atomic_write import write_atomically
 from caffe.conv_geometry import declared_values
 from caffe.errors import CaffeError
+from caffe.formats.atomic_write import write_atomically
+from caffe.formats.upgrade import upgrade_net_param
 from caffe.net_filter import filter_net
 from caffe.proto import caffe_pb2
-from caffe.upgrade import upgrade_net_param
 
 __all__ = ["draw_net", "draw_net_to_file", "get_pydot_graph", "net_to_dot", "render_dot"]
 

@@ -1,4 +1,4 @@
-"""Automatic Split layers (spec §2 step 2), named exactly as Caffe names them.
+"""Automatic Split layers (docs/caffe_format.md §2 step 2), named exactly as Caffe names them.
 
 A top consumed by more than one bottom (a non-zero loss_weight counts as one more
 consumer) gets a Split layer right after its producer; consumers are rewired in order,

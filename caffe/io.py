@@ -1,10 +1,10 @@
 """pycaffe's caffe.io: protobuf <-> numpy conversions, the input Transformer, image helpers.
 
-Same names, arguments and results as pycaffe (spec §5.6). Differences of means, not of
-behaviour: NumPy 2 APIs (tobytes/frombuffer) instead of tostring/fromstring; images are loaded
-with Pillow instead of scikit-image; `resize_image` makes the scipy.ndimage calls that
-pycaffe's makes directly or through skimage.transform.resize, so it needs scipy but not
-scikit-image.
+Same names, arguments and results as pycaffe (docs/caffe_format.md §5.6). Differences of
+means, not of behaviour: NumPy 2 APIs (tobytes/frombuffer) instead of tostring/fromstring;
+images are loaded with Pillow instead of scikit-image; `resize_image` makes the scipy.ndimage
+calls that pycaffe's makes directly or through skimage.transform.resize, so it needs scipy
+but not scikit-image.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from types import ModuleType
 
 import numpy as np
 
-from caffe.image_codec import pillow
+from caffe.data.image_codec import pillow
 from caffe.proto import caffe_pb2
 
 # Grey level of an RGB image as scikit-image's rgb2gray computes it (pycaffe's load_image).

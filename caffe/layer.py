@@ -25,7 +25,6 @@ from caffe.common import compute_device
 from caffe.errors import LayerError, NetError
 from caffe.proto import caffe_pb2
 from caffe.registry import Registry
-from caffe.sync_layout import CommShape
 
 _REGISTRY: Registry[type[Layer]] = Registry("layer", NetError)
 L = TypeVar("L", bound="type[Layer]")
@@ -152,15 +151,41 @@ class Layer:
     def allow_force_backward(self, bottom_index: int) -> bool:
         return True
 
-    def comm_shape(self, bottom: Sequence[Blob]) -> CommShape:
-        """How the communication cost model sees this layer's weight (caffe/sync_layout.py):
-        blob 0 as rows × the rest, the bottom's batch as K. Convolution and InnerProduct
-        say more."""
+    def comm_shape(self, bottom: Sequence[Blob]) -> tuple[str, int, int, int]:
+        """How the communication cost model sees this layer's weight: (kind, m, n, rows) in
+        the cost model's names (docs/paper.md §4) — kind "FC", "conv" or "other", an m×n
+        weight and K = rows per pass. Here blob 0 as rows × the rest and the bottom's batch
+        as K; Convolution and InnerProduct say more. A plain tuple, so that the engine
+        needs nothing of the distributed side (caffe/parallel/layout.py reads it)."""
         shape = self.blobs[0].shape if self.blobs else [1]
         m = shape[0] if shape else 1
         n = max(1, self.blobs[0].count // max(1, m)) if self.blobs else 1
         rows = bottom[0].shape[0] if bottom and bottom[0].shape else 1
-        return CommShape("other", m, n, rows)
+        return ("other", m, n, rows)
+
+    # ----- what the layer computes, for cost estimates (poseidon/experiments/flops.py) -------
+    def flops(
+        self,
+        bottom: Sequence[Blob],
+        top: Sequence[Blob],
+        bottom_need: Sequence[bool],
+        param_need: Sequence[bool],
+    ) -> tuple[float, float] | None:
+        """FLOPs (a multiply-add counts 2) of one forward and of one backward over the
+        whole batch at the blobs' current shapes, backward counting only the gradients
+        asked for (`bottom_need[i]` for bottom i, `param_need[j]` for blob j). None (the
+        default): a few operations per element, which an estimate takes by type."""
+        return None
+
+    def backward_reads_input(self) -> bool:
+        """Whether backward reads the bottoms' data (memory traffic a cost estimate
+        counts); False for layers whose gradient does not depend on their input."""
+        return True
+
+    def batch_wait_s(self) -> float | None:
+        """Seconds the last forward waited for its batch, for a data layer that prefetches
+        batches on a thread (the timeline's "data" lane); None for every other layer."""
+        return None
 
     # ----- hooks for subclasses ---------------------------------------------------------
     def setup(self, bottom: Sequence[Blob], top: Sequence[Blob]) -> None:

@@ -2,7 +2,7 @@
 
 Format: `Lmmdd hh:mm:ss.uuuuuu <thread id> <file>:<line>] <message>`. Messages go to
 stderr like Caffe with `alsologtostderr`; the `caffe` command also writes glog's log files
-(caffe/log_files.py). GLOG_minloglevel (0 INFO, 1 WARNING, 2 ERROR, 3 FATAL) is honoured
+(caffe/tools/log_files.py). GLOG_minloglevel (0 INFO, 1 WARNING, 2 ERROR, 3 FATAL) is honoured
 as in glog.
 """
 

@@ -1,6 +1,6 @@
 """Net: builds a DAG of layers from a NetParameter and runs it forward and backward.
 
-Every rule of Caffe's Net::Init is kept (spec §2): state filtering, automatic Split
+Every rule of Caffe's Net::Init is kept (docs/caffe_format.md §2): state filtering, automatic Split
 layers, in-place tops, anonymous loss tops, loss weights in top diffs, weight sharing
 by name, backward pruning with propagate_down and force_backward, outputs sorted by
 name. Callbacks before/after forward/backward of each layer, one single-slot hook and
@@ -23,15 +23,15 @@ import torch
 from caffe.blob import Blob
 from caffe.common import SHAPES_ONLY_DEVICE, compute_device, root_solver
 from caffe.errors import NetError
+from caffe.formats.net_io import NetWeightsMixin
 from caffe.heap import keep_step_buffers_once
 from caffe.insert_splits import insert_splits
 from caffe.layer import Layer, create_layer
 from caffe.net_filter import filter_net
-from caffe.net_io import NetWeightsMixin
 from caffe.net_views import NetViewsMixin
 from caffe.proto import caffe_pb2
 from caffe.pycaffe import PycaffeNetMixin
-from caffe.training_hooks import HookSlot
+from caffe.training_hooks import CallbackHandle, HookSlot, add_callback
 
 _log = logging.getLogger("caffe")
 LayerCallback = Callable[[int], None]
@@ -288,7 +288,8 @@ class Net(PycaffeNetMixin, NetWeightsMixin, NetViewsMixin):
             values[learnable_id] = value
 
     def _prune_backward(self, param: caffe_pb2.NetParameter) -> None:
-        """Reverse pass: drop backward for layers that reach no loss (spec §2 step 6)."""
+        """Reverse pass: drop backward for layers that reach no loss
+        (docs/caffe_format.md §2 step 6)."""
         under_loss: set[str] = set()
         skip_backprop: set[str] = set()
         for layer_id in range(len(self.layers) - 1, -1, -1):
@@ -444,17 +445,18 @@ class Net(PycaffeNetMixin, NetWeightsMixin, NetViewsMixin):
             blob.diff_tensor  # noqa: B018
 
     # ----- callbacks ----------------------------------------------------------------------
-    def before_forward(self, callback: LayerCallback) -> None:
-        self._before_forward.append(callback)
+    # Each returns a handle whose remove() detaches the callback (caffe/training_hooks.py).
+    def before_forward(self, callback: LayerCallback) -> CallbackHandle:
+        return add_callback(self, "_before_forward", callback)
 
-    def after_forward(self, callback: LayerCallback) -> None:
-        self._after_forward.append(callback)
+    def after_forward(self, callback: LayerCallback) -> CallbackHandle:
+        return add_callback(self, "_after_forward", callback)
 
-    def before_backward(self, callback: LayerCallback) -> None:
-        self._before_backward.append(callback)
+    def before_backward(self, callback: LayerCallback) -> CallbackHandle:
+        return add_callback(self, "_before_backward", callback)
 
-    def after_backward(self, callback: LayerCallback) -> None:
-        self._after_backward.append(callback)
+    def after_backward(self, callback: LayerCallback) -> CallbackHandle:
+        return add_callback(self, "_after_backward", callback)
 
     # ----- introspection --------------------------------------------------------------
     def has_blob(self, name: str) -> bool:

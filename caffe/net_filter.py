@@ -1,4 +1,4 @@
-"""Which layers a NetState includes (spec §2 step 1: phase, level, stage rules)."""
+"""Which layers a NetState includes (docs/caffe_format.md §2 step 1: phase, level, stage rules)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""pycaffe's net_spec: write Caffe nets as Python expressions (spec §5.7).
+"""pycaffe's net_spec: write Caffe nets as Python expressions (docs/caffe_format.md §5.7).
 
     from caffe import layers as L, params as P
     n = caffe.NetSpec()

@@ -1,4 +1,4 @@
-"""The Python-level conveniences of pycaffe's Net (spec §5.2): name-keyed views of
+"""The Python-level conveniences of pycaffe's Net (docs/caffe_format.md §5.2): name-keyed views of
 blobs, params and layers, and forward/backward/forward_all with keyword blobs."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class PycaffeNetMixin:
             network_file, phase, level, stages, weights = _net_arguments(*args, **kwargs)
         if not _is_phase(phase):
             raise TypeError("Net() needs a phase: caffe.TRAIN or caffe.TEST")
-        from caffe.proto_io import read_net_param
+        from caffe.formats.proto_io import read_net_param
 
         param = read_net_param(str(network_file))
         param.state.phase = int(phase)

@@ -28,7 +28,7 @@ readonly SKIPPED=77
 readonly SMOKE_TESTS=(
   tests/caffe/test_proto_schema.py
   tests/caffe/test_net.py
-  tests/caffe/test_jpeg_fast.py
+  tests/caffe/data/test_jpeg_fast.py
   tests/poseidon/test_bindings.py
   tests/poseidon/test_faults.py
   "tests/caffe/parallel/test_equivalence.py::test_distributed_equals_single_process[poseidon-auto-2-2]"

@@ -21,7 +21,7 @@ torch.backends.cuda.matmul.allow_tf32 = False
 
 @pytest.fixture(scope="session", autouse=True)
 def _glog_files_in_a_temp_dir(tmp_path_factory):
-    """The `caffe` command writes glog's log files (caffe/log_files.py), by default to /tmp.
+    """The `caffe` command writes glog's log files (caffe/tools/log_files.py), by default to /tmp.
     Point GLOG_log_dir at pytest's temp directory instead, for the in-process CLI runs and,
     through the environment they copy, for the subprocesses tests start. A GLOG_log_dir
     set by whoever runs the tests wins."""

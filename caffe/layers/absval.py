@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from caffe.layer import register_layer
-from caffe.neuron_layer import NeuronLayer
+from caffe.layers._neuron import NeuronLayer
 
 
 @register_layer("AbsVal")

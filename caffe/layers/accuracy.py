@@ -10,8 +10,8 @@ import math
 
 import torch
 
-from caffe.labels import class_indices, gather_labels, operand_shapes
 from caffe.layer import Layer, register_layer
+from caffe.layers._labels import class_indices, gather_labels, operand_shapes
 
 
 @register_layer("Accuracy")

@@ -42,6 +42,9 @@ class ConcatLayer(Layer):
             top[0].share_data(bottom[0])
             top[0].share_diff(bottom[0])
 
+    def backward_reads_input(self) -> bool:
+        return False  # its gradient does not depend on its input
+
     def forward(self, bottom, top):
         if len(bottom) == 1:
             return

@@ -11,7 +11,7 @@ import math
 import torch
 
 from caffe.layer import register_layer
-from caffe.loss_layer import LossLayer
+from caffe.layers._loss import LossLayer
 
 
 @register_layer("ContrastiveLoss")

@@ -2,14 +2,14 @@
 
 out = floor((in + 2p - (d(k-1)+1)) / s) + 1 on every spatial axis. Several bottoms
 share the weights and each produces its own top. The shared machinery (parameters,
-shapes, forward and the explicit backward) lives in caffe.base_conv_layer.
+shapes, forward and the explicit backward) lives in caffe.layers._base_conv.
 """
 
 from __future__ import annotations
 
-from caffe.base_conv_layer import BaseConvolutionLayer
 from caffe.conv_geometry import conv_output_size
 from caffe.layer import register_layer
+from caffe.layers._base_conv import BaseConvolutionLayer
 
 
 @register_layer("Convolution")

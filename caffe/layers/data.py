@@ -1,20 +1,22 @@
-"""Data: batches of Datum records read from an LMDB (or LevelDB) database (spec §9.1-9.3).
+"""Data: batches of Datum records read from an LMDB (or LevelDB) database
+(docs/caffe_format.md §9.1-9.3).
 
 The database is walked in key order with one cursor, wrapping to the first key at the end
 ("Restarting data prefetching from start."). Each record is a serialized Datum: uint8 `data`
 (C×H×W), `float_data`, or an encoded image (decoded with Pillow, BGR). transform_param is
 applied per batch; tops are data (N, C, H, W) float32 and, optionally, label (N) float32. The
 top shape comes from the first record (crop replaces H and W) and each batch takes the shape
-of its own first record. Loading runs on a prefetch thread (caffe/prefetch.py) that keeps
+of its own first record. Loading runs on a prefetch thread (caffe/data/prefetch.py) that keeps
 `data_param.prefetch` batches ready: it reads a batch's records in order and has the decode
-threads decode and transform them in parallel (caffe/batch_assembly.py, data_threads.py).
+threads decode and transform them in parallel (caffe/data/batch_assembly.py,
+caffe/data/threads.py).
 
 Backend choice: the schema's default backend is LEVELDB, so a prototxt that omits `backend`
 means LevelDB to Caffe. Nearly every database in use today is LMDB, so when `source` is an LMDB
 environment (it holds data.mdb) it is read as LMDB whatever `backend` says, with a warning; a
-real LevelDB needs the optional plyvel package (caffe/db.py says how to do without).
+real LevelDB needs the optional plyvel package (caffe/data/db.py says how to do without).
 
-Sharding (caffe/data_shard.py): in TRAIN with caffe.solver_count() = P > 1, this rank keeps
+Sharding (caffe/data/shard.py): in TRAIN with caffe.solver_count() = P > 1, this rank keeps
 the record at running offset k iff k % P == caffe.solver_rank(); `layer.shard` holds the rule.
 """
 
@@ -27,16 +29,16 @@ import numpy as np
 import torch
 from google.protobuf.message import DecodeError
 
-from caffe.batch_assembly import assemble_batch
 from caffe.common import root_solver
-from caffe.data_shard import Shard, WrapWarning, shard_for_phase
-from caffe.data_transformer import DataTransformer, datum_to_chw, seeded_generator
-from caffe.db import DBCursor, DBReader, is_lmdb_dir, open_db, resolve_backend
+from caffe.data.batch_assembly import assemble_batch
+from caffe.data.db import DBCursor, DBReader, is_lmdb_dir, open_db, resolve_backend
+from caffe.data.prefetch import BatchLoader, PrefetchingDataLayer, layer_label
+from caffe.data.raw_datum import raw_datum_view
+from caffe.data.shard import Shard, WrapWarning, shard_for_phase
+from caffe.data.transformer import DataTransformer, datum_to_chw, seeded_generator
 from caffe.errors import CaffeError, InputShapeError
 from caffe.layer import register_layer
-from caffe.prefetch import BatchLoader, PrefetchingDataLayer, layer_label
 from caffe.proto import caffe_pb2
-from caffe.raw_datum import raw_datum_view
 
 _log = logging.getLogger("caffe")
 _DEPRECATED_FIELDS = ("scale", "mean_file", "crop_size", "mirror")

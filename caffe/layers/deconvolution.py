@@ -7,9 +7,9 @@ backward-data pass, which is what PyTorch's transposed convolution computes.
 
 from __future__ import annotations
 
-from caffe.base_conv_layer import BaseConvolutionLayer
 from caffe.conv_geometry import deconv_output_size
 from caffe.layer import register_layer
+from caffe.layers._base_conv import BaseConvolutionLayer
 
 
 @register_layer("Deconvolution")

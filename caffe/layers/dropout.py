@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from caffe.layer import register_layer
-from caffe.neuron_layer import NeuronLayer
+from caffe.layers._neuron import NeuronLayer
 from caffe.proto import caffe_pb2
 
 
@@ -21,6 +21,9 @@ class DropoutLayer(NeuronLayer):
             raise self.error(f"dropout_param.dropout_ratio must be in [0, 1), got {ratio}")
         self.ratio = ratio
         self.scale = 1.0 / (1.0 - ratio)
+
+    def backward_reads_input(self) -> bool:
+        return False  # its gradient does not depend on its input
 
     @property
     def training(self) -> bool:

@@ -37,6 +37,16 @@ class EltwiseLayer(Layer):
         self.stable_prod_grad = p.stable_prod_grad
         self._winner: torch.Tensor | None = None
 
+    def flops(self, bottom, top, bottom_need, param_need) -> tuple[float, float]:
+        # One FLOP per bottom element forward; backward one per needed bottom element, two
+        # for PROD (its gradient divides or re-multiplies).
+        per_bottom = 2 if self.op == Op.PROD else 1
+        backward = sum(per_bottom * b.count for b, need in zip(bottom, bottom_need) if need)
+        return sum(b.count for b in {id(b): b for b in bottom}.values()), backward
+
+    def backward_reads_input(self) -> bool:
+        return self.op != Op.SUM  # SUM's gradient is the top's, scaled
+
     def reshape(self, bottom, top):
         shape = bottom[0].shape
         for i, blob in enumerate(bottom[1:], start=1):

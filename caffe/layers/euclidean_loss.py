@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from caffe.layer import register_layer
-from caffe.loss_layer import LossLayer
+from caffe.layers._loss import LossLayer
 
 
 @register_layer("EuclideanLoss")

@@ -10,7 +10,7 @@ generator, so caffe.set_random_seed governs it). Top i has shape (batch_size, *d
 Listed paths are used as written (relative to the working directory, as Caffe does); a relative
 path that does not exist there is also looked up beside the list file.
 
-Sharding as the Data layer (caffe/data_shard.py): in TRAIN with P solvers, this rank keeps the
+Sharding as the Data layer (caffe/data/shard.py): in TRAIN with P solvers, this rank keeps the
 row at running offset k iff k % P == its rank.
 """
 
@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from caffe.common import root_solver
-from caffe.data_shard import WrapWarning, shard_for_phase
-from caffe.data_transformer import seeded_generator
+from caffe.data.prefetch import layer_label
+from caffe.data.shard import WrapWarning, shard_for_phase
+from caffe.data.transformer import seeded_generator
 from caffe.layer import Layer, register_layer
-from caffe.prefetch import layer_label
 
 _log = logging.getLogger("caffe")
 

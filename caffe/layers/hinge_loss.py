@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from caffe.labels import class_indices
 from caffe.layer import register_layer
-from caffe.loss_layer import ClassLabelLossLayer
+from caffe.layers._labels import class_indices
+from caffe.layers._loss import ClassLabelLossLayer
 from caffe.proto import caffe_pb2
 
 L1, L2 = caffe_pb2.HingeLossParameter.L1, caffe_pb2.HingeLossParameter.L2

@@ -1,4 +1,5 @@
-"""ImageData: batches of image files named in a list file (image_data_param, spec §9.4).
+"""ImageData: batches of image files named in a list file (image_data_param,
+docs/caffe_format.md §9.4).
 
 Each line of `source` is "path label", split at the LAST space (paths may contain spaces).
 Images are read with Pillow (an optional dependency; without it the layer says so), in
@@ -10,7 +11,7 @@ thread, whose decode threads read and transform a batch's images in parallel (ca
 batch_assembly.py); each batch takes the shape of its first image. Tops: data (N, C, H, W),
 label (N).
 
-Sharding (caffe/data_shard.py) applies as for Data and HDF5Data: in TRAIN with P solvers, this
+Sharding (caffe/data/shard.py) applies as for Data and HDF5Data: in TRAIN with P solvers, this
 rank keeps the line at running offset k iff k % P == its rank. Caffe's ImageData does not shard
 (every GPU reads every line); we do, so that P workers see disjoint data. With `shuffle`, each
 rank shuffles with its own generator, so the ranks sample rather than partition an epoch.
@@ -23,15 +24,15 @@ import logging
 import numpy as np
 import torch
 
-from caffe.batch_assembly import assemble_batch
 from caffe.common import root_solver
-from caffe.data_shard import Shard, WrapWarning, shard_for_phase
-from caffe.data_transformer import DataTransformer, seeded_generator
+from caffe.data.batch_assembly import assemble_batch
+from caffe.data.image_codec import join_root, pillow, read_image
+from caffe.data.prefetch import BatchLoader, PrefetchingDataLayer, layer_label
+from caffe.data.shard import Shard, WrapWarning, shard_for_phase
+from caffe.data.transformer import DataTransformer, seeded_generator
 from caffe.errors import CaffeError
-from caffe.image_codec import join_root, pillow, read_image
 from caffe.layer import register_layer
 from caffe.layers.hdf5_data import read_list_file
-from caffe.prefetch import BatchLoader, PrefetchingDataLayer, layer_label
 
 _log = logging.getLogger("caffe")
 _DEPRECATED_FIELDS = ("scale", "mean_file", "crop_size", "mirror")

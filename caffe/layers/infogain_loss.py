@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from caffe.errors import CaffeError
-from caffe.labels import class_indices
 from caffe.layer import register_layer
-from caffe.loss_layer import LossLayer
+from caffe.layers._labels import class_indices
+from caffe.layers._loss import LossLayer
 
 LOG_THRESHOLD = math.log(1e-20)  # probabilities are clamped at 1e-20 before the log
 
@@ -47,7 +47,7 @@ class InfogainLossLayer(LossLayer):
             self._stored_h = self._read_h(self.layer_param.infogain_loss_param.source)
 
     def _read_h(self, source: str) -> torch.Tensor:
-        from caffe.weights_io import read_blobproto
+        from caffe.formats.weights_io import read_blobproto
 
         if not source:
             raise self.error("infogain_loss_param.source must name the H matrix file when "

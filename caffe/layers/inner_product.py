@@ -13,15 +13,12 @@ new ones, and the cache follows).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from caffe.fillers import fill
 from caffe.layer import Layer, register_layer
-from caffe.sufficient_factors import rebuild_gradients
-from caffe.sync_layout import CommShape
 from caffe.training_hooks import HookSlot
 
 
@@ -30,7 +27,7 @@ class InnerProductLayer(Layer):
     exact_num_bottom = 1
     exact_num_top = 1
 
-    # Set by caffe/parallel.py (a single slot, caffe/training_hooks.py) when this layer is
+    # Set by caffe/parallel/syncer.py (a single slot, caffe/training_hooks.py) when this layer is
     # synchronised by sufficient factors:
     # called with (top diff M×N, bottom data M×K) instead of computing the weight and
     # bias gradients here; every worker rebuilds them from all workers' factors.
@@ -117,29 +114,42 @@ class InnerProductLayer(Layer):
                 dx = dx.view(self.M, self.K)
             torch.mm(dy, self._transposed(0, w) if self.transpose else w, out=dx)
 
-    # ----- sufficient factors (caffe/parallel.py, SFB) ----------------------------------------
-    def comm_shape(self, bottom) -> CommShape:
+    # ----- sufficient factors (caffe/parallel/syncer.py, SFB) ---------------------------------
+    def comm_shape(self, bottom) -> tuple[str, int, int, int]:
         # Note [M, N, K]. The one place the engine's names meet the cost model's. Here, as
         # in Caffe's InnerProductLayer, the GEMM is M rows (the batch, axes before `axis`)
-        # × K inputs -> N = num_output outputs, weight N×K. The paper (reference §4) and
+        # × K inputs -> N = num_output outputs, weight N×K. The paper (docs/paper.md §4) and
         # the comm core call the weight M×N (M = outputs, N = inputs) and the batch K.
         # So: cost-model M = our N, cost-model N = our K, cost-model K = our M (per pass;
         # poseidon.plan.layer_specs multiplies by iter_size).
-        return CommShape("FC", m=self.num_output, n=self.K, rows=self.M)
+        return ("FC", self.num_output, self.K, self.M)
+
+    def flops(self, bottom, top, bottom_need, param_need) -> tuple[float, float]:
+        # Forward: the M×K by K×N GEMM and the bias; backward: dX and dW, each as large,
+        # and the bias's column sums, each only where asked for.
+        gemm = 2.0 * self.M * self.num_output * self.K
+        bias = self.M * self.num_output if self.bias_term else 0
+        backward = (gemm if bottom_need[0] else 0) + (gemm if param_need[0] else 0)
+        if self.bias_term and param_need[1]:
+            backward += bias
+        return gemm + bias, backward
 
     def factor_widths(self) -> tuple[int, int]:
         """Floats per row of the two factors the sink receives: top diff, bottom data."""
         return self.num_output, self.K
 
-    def add_factor_gradients(self, factors: Sequence[np.ndarray], scale: float) -> None:
-        """Add scale·(every worker's dyᵀ·x) into the weight diff, and scale·Σ dy into the
-        bias diff: the rebuild GEMM of sufficient-factor broadcasting."""
-        weight_diff = self.blobs[0].diff_tensor if self.param_propagate_down[0] else None
-        bias_diff = None
+    def add_factor_gradients(self, dy: torch.Tensor, x: torch.Tensor, scale: float) -> None:
+        """Add scale·dyᵀ·x into the weight diff and scale·Σ dy into the bias diff, where
+        dy (R×N) and x (R×K) stack every worker's factors (poseidon/sync/factors.py
+        unpacks them): the rebuild GEMM of sufficient-factor broadcasting."""
+        if self.param_propagate_down[0]:
+            dw = self.blobs[0].diff_tensor
+            if self.transpose:
+                dw.addmm_(x.t(), dy, alpha=scale)
+            else:
+                dw.addmm_(dy.t(), x, alpha=scale)
         if self.bias_term and self.param_propagate_down[1]:
-            bias_diff = self.blobs[1].diff_tensor
-        rebuild_gradients(factors, self.num_output, self.K, weight_diff, bias_diff,
-                          self.transpose, scale)  # fmt: skip
+            self.blobs[1].diff_tensor.add_(dy.sum(dim=0), alpha=scale)
 
     def accumulate_weight_gradient(self, dy: torch.Tensor, x: torch.Tensor) -> None:
         """dW += dyᵀ·x (or xᵀ·dy when transposed): the sum of M rank-1 sufficient factors."""

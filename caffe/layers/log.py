@@ -9,7 +9,7 @@ import math
 import torch
 
 from caffe.layer import register_layer
-from caffe.neuron_layer import NeuronLayer
+from caffe.layers._neuron import NeuronLayer
 
 
 @register_layer("Log")

@@ -44,6 +44,13 @@ class LRNLayer(Layer):
         self.k = p.k if self.across else 1.0
         self._saved: tuple[torch.Tensor, ...] | None = None
 
+    def flops(self, bottom, top, bottom_need, param_need) -> tuple[float, float]:
+        # local_size (across channels) or local_size² (within a channel) + 5 per element
+        # forward, twice the window + 6 backward.
+        window = self.size if self.across else self.size**2
+        count = top[0].count
+        return (window + 5) * count, (2 * window + 6) * count if bottom_need[0] else 0
+
     def reshape(self, bottom, top):
         top[0].reshape(self.image_shape(bottom[0]))
 

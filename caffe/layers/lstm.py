@@ -6,7 +6,7 @@
 
 The top is h (T×N×num_output). Parameters, in BVLC's order: W_xc (4H×K), b_c (4H),
 W_xc_static (4H×S, with a static input), W_hc (4H×H); the 4H rows are the i, f, o, g
-gates in that order. Inputs, state and gradients: caffe/recurrent_layer.py.
+gates in that order. Inputs, state and gradients: caffe/layers/_recurrent.py.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 
 from caffe.layer import register_layer
+from caffe.layers._recurrent import RecurrentLayer
 from caffe.layers.lstm_unit import lstm_unit
-from caffe.recurrent_layer import RecurrentLayer
 
 
 @register_layer("LSTM")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from caffe.labels import class_indices
 from caffe.layer import register_layer
-from caffe.loss_layer import ClassLabelLossLayer
+from caffe.layers._labels import class_indices
+from caffe.layers._loss import ClassLabelLossLayer
 
 LOG_THRESHOLD = 1e-20  # probabilities are clamped here before the log, as Caffe
 

@@ -17,14 +17,16 @@ by Caffe's divisor. Backward is PyTorch's pooling backward in both paths.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
 from caffe.conv_geometry import pooled_sizes
 from caffe.layer import Layer, register_layer
-from caffe.onednn_pooling import OneDnnMaxPool, usable
+from caffe.layers._onednn_pooling import OneDnnMaxPool, usable
+from caffe.layers._stochastic_pooling import StochasticPooling
 from caffe.proto import caffe_pb2
-from caffe.stochastic_pooling import StochasticPooling
 
 Pool = caffe_pb2.PoolingParameter
 FLT_MAX = 3.4028234663852886e38
@@ -97,6 +99,14 @@ class PoolingLayer(Layer):
         return (getattr(p, name) if has_one else default,) * 2
 
     # ----- shapes -----------------------------------------------------------------------
+    def flops(self, bottom, top, bottom_need, param_need) -> tuple[float, float]:
+        # The window's elements per output element; backward routes each output's gradient
+        # to its winner (MAX) or spreads it over the window (AVE).
+        area = math.prod(self.kernel)
+        out = top[0].count
+        backward_per = 1 if self.method == Pool.MAX else area
+        return area * out, backward_per * out if bottom_need[0] else 0
+
     def reshape(self, bottom, top):
         shape = self.image_shape(bottom[0])
         hw = tuple(shape[2:])

@@ -9,7 +9,7 @@ import torch
 
 from caffe.fillers import fill
 from caffe.layer import register_layer
-from caffe.neuron_layer import NeuronLayer
+from caffe.layers._neuron import NeuronLayer
 from caffe.proto import caffe_pb2
 
 

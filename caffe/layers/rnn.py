@@ -5,7 +5,7 @@
 
 The top is o (T×N×num_output). Parameters, in BVLC's order: W_xh (H×K), b_h (H),
 W_xh_static (H×S, with a static input), W_hh (H×H), W_ho (H×H), b_o (H). Inputs, state
-and gradients: caffe/recurrent_layer.py.
+and gradients: caffe/layers/_recurrent.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from caffe.layer import register_layer
-from caffe.recurrent_layer import RecurrentLayer
+from caffe.layers._recurrent import RecurrentLayer
 
 
 @register_layer("RNN")

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from caffe.layer import register_layer
-from caffe.loss_layer import LossLayer, Norm
+from caffe.layers._loss import LossLayer, Norm
 
 
 @register_layer("SigmoidCrossEntropyLoss")

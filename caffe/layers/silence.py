@@ -15,6 +15,9 @@ class SilenceLayer(Layer):
     def reshape(self, bottom, top):
         """No tops to shape."""
 
+    def backward_reads_input(self) -> bool:
+        return False  # its gradient does not depend on its input
+
     def forward(self, bottom, top):
         """Nothing to compute."""
 

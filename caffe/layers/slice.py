@@ -58,6 +58,9 @@ class SliceLayer(Layer):
             top[0].share_data(bottom[0])
             top[0].share_diff(bottom[0])
 
+    def backward_reads_input(self) -> bool:
+        return False  # its gradient does not depend on its input
+
     def forward(self, bottom, top):
         if len(top) == 1:
             return

@@ -4,7 +4,7 @@ optional second top = the probabilities.
 Forward keeps log p; backward writes p − onehot(label), scaled by the loss weight over
 the normalizer, straight into the bottom's diff. Without ignore_label (the common case)
 neither pass needs a mask or a host sync: the range of the labels is checked by the gather
-itself (caffe/labels.py), and the normalizer is known from the shapes.
+itself (caffe/layers/_labels.py), and the normalizer is known from the shapes.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import math
 
 import torch
 
-from caffe.labels import gather_labels, operand_shapes
 from caffe.layer import register_layer
-from caffe.loss_layer import LossLayer
+from caffe.layers._labels import gather_labels, operand_shapes
+from caffe.layers._loss import LossLayer
 
 # log(FLT_MIN): Caffe clamps p_label at FLT_MIN before the log.
 LOG_FLT_MIN = math.log(1.1754943508222875e-38)

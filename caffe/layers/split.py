@@ -21,6 +21,13 @@ class SplitLayer(Layer):
     def forward(self, bottom, top):
         """The tops are the bottom's memory: nothing to compute."""
 
+    def flops(self, bottom, top, bottom_need, param_need) -> tuple[float, float]:
+        # Backward sums the tops' gradients: (tops - 1) adds per element.
+        return 0.0, (len(top) - 1) * bottom[0].count if bottom_need[0] else 0
+
+    def backward_reads_input(self) -> bool:
+        return False
+
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return

@@ -47,11 +47,11 @@ import torch
 import torch.nn.functional as F
 
 from caffe.common import root_solver
+from caffe.data.image_codec import decode_image, join_root, pillow, read_image
+from caffe.data.prefetch import BatchLoader, PrefetchingDataLayer, layer_label
 from caffe.errors import CaffeError
-from caffe.image_codec import decode_image, join_root, pillow, read_image
+from caffe.formats.weights_io import read_blobproto
 from caffe.layer import register_layer
-from caffe.prefetch import BatchLoader, PrefetchingDataLayer, layer_label
-from caffe.weights_io import read_blobproto
 
 _log = logging.getLogger("caffe")
 _f32 = np.float32

@@ -13,8 +13,8 @@ from typing import TypeVar
 from caffe.errors import SolverError
 from caffe.proto import caffe_pb2
 from caffe.registry import Registry
-from caffe.solver import Solver
-from caffe.solver_nets import require_train_net
+from caffe.solvers.nets import require_train_net
+from caffe.solvers.solver import Solver
 
 _REGISTRY: Registry[type[Solver]] = Registry("solver", SolverError)
 S = TypeVar("S", bound=type[Solver])

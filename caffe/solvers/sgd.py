@@ -32,10 +32,10 @@ import torch
 
 from caffe.common import root_solver
 from caffe.errors import SolverError
-from caffe.lr_policy import learning_rate
-from caffe.solver import Solver
-from caffe.solver_log import cpp_float
+from caffe.solvers.log import cpp_float
+from caffe.solvers.lr_policy import learning_rate
 from caffe.solvers.registry import register_solver
+from caffe.solvers.solver import Solver
 
 _log = logging.getLogger("caffe")
 

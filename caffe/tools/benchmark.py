@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 
 from caffe.errors import CaffeError
-from caffe.layer_timing import IterationTimes, time_layers
 from caffe.proto import caffe_pb2
-from caffe.solver_log import cpp_float
+from caffe.solvers.log import cpp_float
 from caffe.timer import Timer
 from caffe.tools.devices import choose_devices
 from caffe.tools.flags import Flags
+from caffe.tools.layer_timing import IterationTimes, time_layers
 from caffe.tools.score import build_net, log_device
 
 _log = logging.getLogger("caffe")

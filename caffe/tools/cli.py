@@ -2,7 +2,7 @@
 
 Flags use gflags syntax (caffe/tools/flags.py); everything is logged through the glog
 formatter of caffe/log.py, so Caffe's log parsers work on our logs, to stderr and to glog's
-log files (caffe/log_files.py). A user error (bad flag, missing or malformed file, unknown
+log files (caffe/tools/log_files.py). A user error (bad flag, missing or malformed file, unknown
 layer type, wrong shapes: every CaffeError) prints one fatal log line and exits with
 status 1; Python tracebacks appear only with --debug or CAFFE_DEBUG=1. Exit status: 0
 success (also a train run that Ctrl-C or SIGHUP stopped early, as in Caffe), 1 user error,
@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 import caffe
 from caffe.errors import CaffeError
-from caffe.log_files import log_to_files
 from caffe.tools.benchmark import benchmark
 from caffe.tools.device_query import device_query
 from caffe.tools.flags import Flags, flags_help, parse_command_line
+from caffe.tools.log_files import log_to_files
 from caffe.tools.score import score
 from caffe.tools.train import EXIT_INTERRUPTED, train
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `caffe` console script; returns the exit status.
 
     Logs go to stderr and, as BVLC's tool does through glog, to log files
-    (caffe/log_files.py); `import caffe` alone writes no files.
+    (caffe/tools/log_files.py); `import caffe` alone writes no files.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     with log_to_files("caffe"):

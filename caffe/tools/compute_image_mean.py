@@ -17,12 +17,12 @@ import sys
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from caffe.data_transformer import datum_to_chw
-from caffe.db import open_db
+from caffe.data.db import open_db
+from caffe.data.transformer import datum_to_chw
 from caffe.errors import CaffeError
+from caffe.formats.weights_io import write_blobproto
 from caffe.proto import caffe_pb2
 from caffe.tools.exit_status import run_reporting_errors
-from caffe.weights_io import write_blobproto
 
 _log = logging.getLogger("caffe")
 _LOG_EVERY_RECORDS = 10000

@@ -23,7 +23,7 @@ import sys
 import numpy as np
 import torch
 
-from caffe.db import open_db_writer
+from caffe.data.db import open_db_writer
 from caffe.errors import CaffeError
 from caffe.proto import caffe_pb2
 

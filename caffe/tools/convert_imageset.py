@@ -30,9 +30,9 @@ import sys
 
 import numpy as np
 
-from caffe.db import open_db_writer
+from caffe.data.db import open_db_writer
+from caffe.data.image_codec import decode_image, encode_image, join_root, read_image
 from caffe.errors import CaffeError
-from caffe.image_codec import decode_image, encode_image, join_root, read_image
 from caffe.proto import caffe_pb2
 
 _log = logging.getLogger("caffe")

@@ -15,8 +15,8 @@ import logging
 import sys
 
 from caffe.draw import RANKDIRS, draw_net_to_file
+from caffe.formats.proto_io import read_net_param
 from caffe.proto import caffe_pb2
-from caffe.proto_io import read_net_param
 from caffe.tools.exit_status import run_reporting_errors
 
 _log = logging.getLogger("caffe")

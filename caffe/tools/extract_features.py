@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 from caffe.common import set_device, set_mode_cpu, set_mode_gpu
-from caffe.db import COMMIT_EVERY_PUTS, open_db_writer, resolve_backend
+from caffe.data.db import COMMIT_EVERY_PUTS, open_db_writer, resolve_backend
 from caffe.errors import CaffeError
 from caffe.proto import caffe_pb2
 from caffe.tools.exit_status import run_reporting_errors

@@ -1,4 +1,4 @@
-"""gflags-style command-line flags for the `caffe` command (spec §7).
+"""gflags-style command-line flags for the `caffe` command (docs/caffe_format.md §7).
 
 Accepted spellings, as gflags: `-flag value`, `--flag value`, `-flag=value`,
 `--flag=value`; boolean flags also as `--flag` / `--noflag`; `--` ends the flags. Flags may

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from caffe.errors import CaffeError
+from caffe.formats.proto_io import read_net_param
 from caffe.net import Net
 from caffe.proto import caffe_pb2
-from caffe.proto_io import read_net_param
-from caffe.solver_log import cpp_float, loss_suffix
+from caffe.solvers.log import cpp_float, loss_suffix
 from caffe.tools.devices import choose_devices
 from caffe.tools.flags import Flags
 

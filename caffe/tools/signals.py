@@ -11,7 +11,7 @@ keeps its default and ends the process, since ignoring it would leave only SIGKI
 A second Ctrl-C or SIGTERM while a first one is still waiting to be served (the process
 is busy building nets, say) raises KeyboardInterrupt, so a stuck run can always be ended.
 In a Poseidon job the action is taken by every worker at one agreed iteration
-(caffe/parallel.py, Note [agreed actions]).
+(caffe/parallel/syncer.py, Note [agreed actions]).
 """
 
 from __future__ import annotations

@@ -11,18 +11,18 @@ actions (caffe/tools/signals.py), and so does SIGTERM. A run stopped early by ei
 (`--sigint_effect stop`, the default) has written its final snapshot and exits with status
 0, as Caffe's does, so `set -e` scripts such as cifar10's train_quick.sh go on to their
 next step. In a Poseidon job every worker stops at the same agreed iteration and exits 0
-too (caffe/parallel.py, Note [agreed actions]).
+too (caffe/parallel/syncer.py, Note [agreed actions]).
 """
 
 from __future__ import annotations
 
 import logging
 
-from caffe.divergence import check_nonfinite_limit
 from caffe.errors import CaffeError
+from caffe.formats.proto_io import read_solver_param
 from caffe.proto import caffe_pb2
-from caffe.proto_io import read_solver_param
-from caffe.solver_nets import require_train_net
+from caffe.solvers.divergence import check_nonfinite_limit
+from caffe.solvers.nets import require_train_net
 from caffe.tools.devices import choose_devices, log_gpu_names
 from caffe.tools.flags import Flags
 from caffe.tools.progress import attach_progress_bar

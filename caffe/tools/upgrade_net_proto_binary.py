@@ -12,11 +12,11 @@ import sys
 
 from google.protobuf.message import DecodeError
 
-from caffe.atomic_write import write_atomically
 from caffe.errors import WeightsError
+from caffe.formats.atomic_write import write_atomically
+from caffe.formats.upgrade import upgrade_net_param
 from caffe.proto import caffe_pb2
 from caffe.tools import upgrade_common
-from caffe.upgrade import upgrade_net_param
 
 USAGE = "Usage: upgrade_net_proto_binary v0_net_proto_file_in net_proto_file_out"
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import sys
 
+from caffe.formats.proto_io import parse_text, read_text_file, write_text
+from caffe.formats.upgrade import upgrade_solver_param
 from caffe.proto import caffe_pb2
-from caffe.proto_io import parse_text, read_text_file, write_text
 from caffe.tools import upgrade_common
-from caffe.upgrade import upgrade_solver_param
 
 USAGE = "Usage: upgrade_solver_proto_text old_solver_proto_file_in solver_proto_file_out"
 

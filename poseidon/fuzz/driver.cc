@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "poseidon/frame.h"
-#include "poseidon/messages.h"
+#include "poseidon/internal/frame.h"
+#include "poseidon/internal/messages.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

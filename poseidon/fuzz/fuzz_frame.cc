@@ -14,10 +14,10 @@
 #include <cstring>
 #include <exception>
 
-#include "poseidon/frame.h"
-#include "poseidon/handshake.h"
-#include "poseidon/messages.h"
-#include "poseidon/transport.h"
+#include "poseidon/internal/frame.h"
+#include "poseidon/internal/handshake.h"
+#include "poseidon/internal/messages.h"
+#include "poseidon/internal/transport.h"
 
 namespace {
 

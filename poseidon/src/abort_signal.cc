@@ -1,4 +1,4 @@
-#include "poseidon/abort_signal.h"
+#include "poseidon/internal/abort_signal.h"
 
 namespace poseidon {
 

@@ -1,4 +1,4 @@
-#include "poseidon/acceptor.h"
+#include "poseidon/internal/acceptor.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -11,7 +11,7 @@
 #include <system_error>
 #include <vector>
 
-#include "poseidon/log.h"
+#include "poseidon/internal/log.h"
 
 namespace poseidon {
 
@@ -66,14 +66,6 @@ namespace {
 
 int64_t ms_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
-}
-
-// poll(2)'s timeout until `t`, rounded up; 0 when past.
-int poll_ms_until(Clock::time_point t) {
-  const auto left = t - Clock::now();
-  if (left <= Clock::duration::zero()) return 0;
-  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-  return ms > INT32_MAX ? INT32_MAX : static_cast<int>(ms);
 }
 
 }  // namespace
@@ -205,7 +197,7 @@ void Acceptor::watch_loop() {
     if (!silent.empty()) until = std::min(until, silent.front().accepted + first_bytes);
     // Over the bound: only look for who is ready, then make room.
     if (silent.size() > limits_.max_silent) until = Clock::now();
-    const int rc = ::poll(fds.data(), fds.size(), poll_ms_until(until));
+    const int rc = ::poll(fds.data(), fds.size(), Deadline::at(until).poll_timeout_ms());
     if (rc < 0 && errno != EINTR) {
       log_line(who_, std::string("acceptor: poll failed: ") + std::strerror(errno));
       ::poll(nullptr, 0, 10);  // back off instead of spinning

@@ -1,4 +1,4 @@
-#include "poseidon/action_rounds.h"
+#include "poseidon/internal/action_rounds.h"
 
 #include <algorithm>
 

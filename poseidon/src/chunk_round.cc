@@ -1,4 +1,4 @@
-#include "poseidon/chunk_round.h"
+#include "poseidon/internal/chunk_round.h"
 
 #include <cstring>
 

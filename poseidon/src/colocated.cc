@@ -1,4 +1,4 @@
-#include "poseidon/colocated.h"
+#include "poseidon/internal/colocated.h"
 
 #include "poseidon/errors.h"
 

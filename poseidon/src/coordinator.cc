@@ -2,16 +2,84 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
 
-#include "poseidon/log.h"
+#include "poseidon/internal/acceptor.h"
+#include "poseidon/internal/action_rounds.h"
+#include "poseidon/internal/deadline.h"
+#include "poseidon/internal/log.h"
+#include "poseidon/internal/messages.h"
+#include "poseidon/internal/peer.h"
+#include "poseidon/internal/transport.h"
 
 namespace poseidon {
-namespace {
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
-      .count();
-}
+// What a Coordinator is; the public calls forward here, one to one.
+class Coordinator::Impl {
+ public:
+  explicit Impl(const Config& config);
+  ~Impl();
+
+  std::string address() const { return address_; }
+  void run();
+  void abort(const std::string& reason);
+  std::optional<Plan> plan() const;
+
+ private:
+  struct Member {
+    NodeId id;
+    std::shared_ptr<Peer> peer;
+    int64_t last_seen_ms = 0;
+    Progress progress;
+    bool has_specs = false;
+    std::vector<LayerSpec> specs;
+    uint64_t barriers_entered = 0;
+    bool shutdown_requested = false;
+  };
+  using Key = std::pair<Role, int>;
+  enum class Phase { kRendezvous, kRunning, kShutdown, kAborted };
+
+  std::string admit(const NodeId& id);
+  void on_peer(std::unique_ptr<Connection> conn, const NodeId& id);
+  void on_frame(Peer& peer, const FrameHeader& header);
+  void on_closed(Peer& peer, const std::string& reason, bool clean);
+  void fail_locked(const std::string& peer, const std::string& reason);
+  void on_plan_request_locked(Member& m, std::vector<LayerSpec> specs,
+                              std::vector<std::shared_ptr<Peer>>* to, std::vector<uint8_t>* msg);
+  std::string describe_progress(const Progress& p) const;
+  std::vector<std::shared_ptr<Peer>> all_peers_locked() const;
+  void broadcast(const std::vector<std::shared_ptr<Peer>>& peers, FrameType type,
+                 const std::vector<uint8_t>& body);
+  void monitor_once();
+  void teardown(bool aborted);
+
+  const Config config_;
+  std::unique_ptr<Transport> transport_;
+  NodeId self_;
+  std::string address_;
+  std::unique_ptr<Acceptor> acceptor_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Phase phase_ = Phase::kRendezvous;
+  std::map<Key, Member> members_;
+  std::map<Key, bool> reserved_;                  // admitted, handshake not finished
+  std::vector<std::shared_ptr<Peer>> all_peers_;  // every peer ever accepted (joined in teardown)
+  std::optional<Plan> plan_;
+  std::vector<std::string> barrier_names_;  // k-th barrier's name, set by the first to enter
+  std::vector<int> barrier_counts_;
+  int workers_shut_down_ = 0;
+  ActionRounds actions_;  // agreed stops and snapshots (internal/action_rounds.h)
+  std::optional<Failure> failure_;
+  std::optional<Failure> pending_death_;  // seen here, waiting for a richer report
+  int64_t pending_death_deadline_ms_ = 0;
+  bool ran_ = false;
+};
+namespace {
 
 // How long a death seen by the coordinator waits for a report from a node
 // that saw it on the data plane (see Note [death reports]).
@@ -19,7 +87,7 @@ constexpr int64_t kDeathReportGraceMs = 300;
 
 }  // namespace
 
-Coordinator::Coordinator(const Config& config) : config_(config), actions_(config.num_workers) {
+Coordinator::Impl::Impl(const Config& config) : config_(config), actions_(config.num_workers) {
   config_.validate();
   transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes,
                                                                   config_.notsent_lowat_bytes});
@@ -33,7 +101,7 @@ Coordinator::Coordinator(const Config& config) : config_(config), actions_(confi
       "coordinator");
 }
 
-Coordinator::~Coordinator() {
+Coordinator::Impl::~Impl() {
   acceptor_->stop();
   std::vector<std::shared_ptr<Peer>> peers;
   {
@@ -45,12 +113,12 @@ Coordinator::~Coordinator() {
   // Peers join their readers in their destructors, here, outside the lock.
 }
 
-std::optional<Plan> Coordinator::plan() const {
+std::optional<Plan> Coordinator::Impl::plan() const {
   std::lock_guard<std::mutex> lock(mu_);
   return plan_;
 }
 
-std::string Coordinator::admit(const NodeId& id) {
+std::string Coordinator::Impl::admit(const NodeId& id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (phase_ != Phase::kRendezvous) {
     return "the cluster is already formed (" + std::to_string(config_.num_workers) + " workers, " +
@@ -78,7 +146,7 @@ std::string Coordinator::admit(const NodeId& id) {
   return "";
 }
 
-void Coordinator::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
+void Coordinator::Impl::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
   auto peer = std::make_shared<Peer>(std::move(conn), self_, id,
                                      Peer::Options{config_.max_frame_bytes, config_.timeout_ms});
   std::vector<std::shared_ptr<Peer>> to;
@@ -118,14 +186,14 @@ void Coordinator::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
   broadcast(to, FrameType::kAddressBook, book_msg);
 }
 
-std::vector<std::shared_ptr<Peer>> Coordinator::all_peers_locked() const {
+std::vector<std::shared_ptr<Peer>> Coordinator::Impl::all_peers_locked() const {
   std::vector<std::shared_ptr<Peer>> out;
   for (const auto& [k, m] : members_) out.push_back(m.peer);
   return out;
 }
 
-void Coordinator::broadcast(const std::vector<std::shared_ptr<Peer>>& peers, FrameType type,
-                            const std::vector<uint8_t>& body) {
+void Coordinator::Impl::broadcast(const std::vector<std::shared_ptr<Peer>>& peers, FrameType type,
+                                  const std::vector<uint8_t>& body) {
   for (const auto& p : peers) {
     try {
       p->send_message(type, body, Deadline::after_ms(config_.timeout_ms));
@@ -138,26 +206,26 @@ void Coordinator::broadcast(const std::vector<std::shared_ptr<Peer>>& peers, Fra
   }
 }
 
-std::string Coordinator::describe_progress(const Progress& p) const {
+std::string Coordinator::Impl::describe_progress(const Progress& p) const {
   if (p.iteration < 0) return "no training step yet";
   return "layer " + std::to_string(p.layer) + ", iteration " + std::to_string(p.iteration);
 }
 
-void Coordinator::fail_locked(const std::string& peer, const std::string& reason) {
+void Coordinator::Impl::fail_locked(const std::string& peer, const std::string& reason) {
   if (phase_ == Phase::kAborted || phase_ == Phase::kShutdown) return;
   phase_ = Phase::kAborted;
   failure_ = Failure{peer, reason};
   cv_.notify_all();
 }
 
-void Coordinator::abort(const std::string& reason) {
+void Coordinator::Impl::abort(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   fail_locked(self_.str(), reason);
 }
 
-void Coordinator::on_plan_request_locked(Member& m, std::vector<LayerSpec> specs,
-                                         std::vector<std::shared_ptr<Peer>>* to,
-                                         std::vector<uint8_t>* msg) {
+void Coordinator::Impl::on_plan_request_locked(Member& m, std::vector<LayerSpec> specs,
+                                               std::vector<std::shared_ptr<Peer>>* to,
+                                               std::vector<uint8_t>* msg) {
   if (m.has_specs) throw ProtocolError(m.id.str() + " declared its layers twice");
   m.has_specs = true;
   m.specs = std::move(specs);
@@ -204,7 +272,7 @@ void Coordinator::on_plan_request_locked(Member& m, std::vector<LayerSpec> specs
   *msg = encode_plan(*plan_);
 }
 
-void Coordinator::on_frame(Peer& peer, const FrameHeader& h) {
+void Coordinator::Impl::on_frame(Peer& peer, const FrameHeader& h) {
   const Key key{peer.remote().role, peer.remote().rank};
   const bool is_worker = peer.remote().role == Role::kWorker;
   std::vector<uint8_t> body = peer.read_body();
@@ -309,7 +377,7 @@ void Coordinator::on_frame(Peer& peer, const FrameHeader& h) {
   for (const auto& [type, a] : actions) broadcast(workers, type, encode_action(a));
 }
 
-void Coordinator::on_closed(Peer& peer, const std::string& reason, bool clean) {
+void Coordinator::Impl::on_closed(Peer& peer, const std::string& reason, bool clean) {
   std::lock_guard<std::mutex> lock(mu_);
   if (phase_ == Phase::kShutdown || phase_ == Phase::kAborted) return;
   const Key key{peer.remote().role, peer.remote().rank};
@@ -330,7 +398,7 @@ void Coordinator::on_closed(Peer& peer, const std::string& reason, bool clean) {
   }
 }
 
-void Coordinator::monitor_once() {
+void Coordinator::Impl::monitor_once() {
   std::vector<std::shared_ptr<Peer>> peers;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -366,11 +434,11 @@ void Coordinator::monitor_once() {
   }
 }
 
-void Coordinator::run() {
+void Coordinator::Impl::run() {
   const int64_t start = now_ms();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (ran_) throw ConfigError("Coordinator::run called twice");
+    if (ran_) throw ConfigError("Coordinator::Impl::run called twice");
     ran_ = true;
   }
   acceptor_->start();
@@ -414,7 +482,7 @@ void Coordinator::run() {
   }
 }
 
-void Coordinator::teardown(bool aborted) {
+void Coordinator::Impl::teardown(bool aborted) {
   std::vector<std::shared_ptr<Peer>> peers;
   Failure f;
   {
@@ -437,5 +505,12 @@ void Coordinator::teardown(bool aborted) {
   for (const auto& p : peers) p->shutdown();
   if (config_.verbose) log_line("coordinator", aborted ? "aborted" : "all workers finished");
 }
+
+Coordinator::Coordinator(const Config& config) : impl_(std::make_unique<Impl>(config)) {}
+Coordinator::~Coordinator() = default;
+std::string Coordinator::address() const { return impl_->address(); }
+void Coordinator::run() { impl_->run(); }
+void Coordinator::abort(const std::string& reason) { impl_->abort(reason); }
+std::optional<Plan> Coordinator::plan() const { return impl_->plan(); }
 
 }  // namespace poseidon

@@ -1,19 +1,15 @@
-#include "poseidon/coordinator_client.h"
+#include "poseidon/internal/coordinator_client.h"
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
-#include "poseidon/handshake.h"
-#include "poseidon/log.h"
+#include "poseidon/internal/deadline.h"
+#include "poseidon/internal/handshake.h"
+#include "poseidon/internal/log.h"
 
 namespace poseidon {
 namespace {
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
-      .count();
-}
 
 constexpr int kConnectRetryMs = 100;
 
@@ -242,7 +238,7 @@ void CoordinatorClient::on_frame(Peer& peer, const FrameHeader& h) {
       shutdown_received_ = true;
       break;
     case FrameType::kActionPropose: {
-      // Answered here, on the reader thread (action_rounds.h, Note [agreed actions]).
+      // Answered here, on the reader thread (internal/action_rounds.h, Note [agreed actions]).
       const std::vector<uint8_t> body = peer.read_body();
       const ActionMessage a = decode_action(body.data(), body.size());
       std::optional<ActionMessage> vote;

@@ -1,4 +1,4 @@
-#include "poseidon/frame.h"
+#include "poseidon/internal/frame.h"
 
 #include <cstdio>
 #include <cstring>

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <map>
 
+#include "poseidon/internal/op_state.h"
+
 namespace poseidon {
 
 int64_t steady_clock_ns() {
@@ -139,5 +141,11 @@ void OpState::wait(int timeout_ms) {
   if (auto abort = abort_.lock()) abort->trip(Failure{node_, message});
   throw TimeoutError(message);
 }
+
+void Handle::wait(int timeout_ms) const { state_->wait(timeout_ms); }
+bool Handle::test() const { return state_->test(); }
+HandleTiming Handle::timing() const { return state_->timing(); }
+uint32_t Handle::layer() const { return state_->layer(); }
+int64_t Handle::iteration() const { return state_->iteration(); }
 
 }  // namespace poseidon

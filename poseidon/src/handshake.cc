@@ -1,10 +1,10 @@
-#include "poseidon/handshake.h"
+#include "poseidon/internal/handshake.h"
 
 #include <cstdint>
 #include <vector>
 
-#include "poseidon/frame.h"
-#include "poseidon/messages.h"
+#include "poseidon/internal/frame.h"
+#include "poseidon/internal/messages.h"
 
 namespace poseidon {
 namespace {

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <vector>
 
-#include "poseidon/transport.h"
+#include "poseidon/internal/transport.h"
 
 namespace poseidon {
 namespace {

@@ -1,11 +1,103 @@
 #include "poseidon/kv_server.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <vector>
 
-#include "poseidon/log.h"
+#include "poseidon/internal/abort_signal.h"
+#include "poseidon/internal/acceptor.h"
+#include "poseidon/internal/chunk_round.h"
+#include "poseidon/internal/colocated.h"
+#include "poseidon/internal/coordinator_client.h"
+#include "poseidon/internal/log.h"
+#include "poseidon/internal/peer.h"
+#include "poseidon/internal/send_queue.h"
+#include "poseidon/plan.h"
 
 namespace poseidon {
+
+// What a KVServer is; the public calls forward here, one to one.
+class KVServer::Impl {
+ public:
+  explicit Impl(const Config& config);
+  ~Impl();
+
+  std::string address() const { return address_; }
+  std::string local_address() const { return local_address_; }
+  void run();
+  void abort(const std::string& reason);
+  ServerStats stats() const;
+
+ private:
+  struct LayerSlots {
+    const LayerPlan* plan = nullptr;
+    std::vector<ChunkRound*> by_chunk;  // nullptr: owned by another shard
+  };
+
+  std::string admit(const NodeId& id);
+  // `local`: the connection came through the in-process door.
+  void on_peer(std::unique_ptr<Connection> conn, const NodeId& id, bool local);
+  void on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h, std::vector<float>& bounce);
+  void on_push_in_place(const std::shared_ptr<Peer>& peer, const FrameHeader& h);
+  // The round a push of `h` belongs to; rejects a bad layer or chunk.
+  ChunkRound* find_round(const FrameHeader& h, const std::string& push);
+  // Enters `from`'s push into the round (opening the round if idle) after the
+  // checks of Note [round rules]; false if the job aborted meanwhile.
+  bool join_round(ChunkRound* slot, std::unique_lock<std::mutex>& lock, const FrameHeader& h,
+                  const std::string& push, const NodeId& from, const Deadline& deadline);
+  // After a push was summed: merges `sum` into an in-place range when due, and
+  // once every push is in, starts the replies (returned, to be queued
+  // outside the lock). Caller holds slot->mu.
+  std::vector<SendJob> advance_locked(ChunkRound* slot);
+  // The round's last reply is written: back to idle; appends PULL_DONE for
+  // an in-place round. Caller holds slot->mu.
+  void finish_round_locked(ChunkRound* slot, std::vector<SendJob>* out);
+  void on_closed(Peer& peer, const std::string& reason, bool clean);
+  void reject(const std::string& why);
+  void build_slots(const Plan& plan);
+  bool wait_ready();
+  void reply_done(ChunkRound* slot, const SendOutcome& outcome, const NodeId& to);
+  std::string pending_summary() const;
+  void on_abort(const Failure& f);
+  void teardown(bool aborted);
+
+  const Config config_;
+  std::unique_ptr<Transport> transport_;
+  NodeId self_;
+  std::string address_;
+  std::shared_ptr<AbortSignal> abort_;
+  std::unique_ptr<SendQueue> queue_;
+  std::unique_ptr<CoordinatorClient> coord_;
+  std::unique_ptr<Acceptor> acceptor_;
+  std::unique_ptr<Transport> local_transport_;
+  std::string local_address_;
+  std::unique_ptr<Acceptor> local_acceptor_;
+  std::shared_ptr<ColocatedLink> link_;  // ranges lent by the worker of this process
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool ready_ = false;
+  bool ran_ = false;
+  bool torn_down_ = false;
+  Plan plan_;
+  std::vector<std::unique_ptr<ChunkRound>> slots_;
+  std::map<uint32_t, LayerSlots> layers_;
+  std::vector<std::shared_ptr<Peer>> peers_;
+  std::map<int, Peer*> primary_;  // worker rank -> its first connection
+
+  std::atomic<uint64_t> rounds_{0};
+  std::atomic<uint64_t> bytes_in_{0};
+  std::atomic<uint64_t> bytes_out_{0};
+  std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> rounds_in_place_{0};
+  std::atomic<uint64_t> sums_merged_{0};
+  std::atomic<uint64_t> reader_waits_{0};
+  std::atomic<uint64_t> reader_wait_ns_{0};
+};
 namespace {
 
 // Non-first pushes are read and added in pieces of this many floats (256 KiB):
@@ -14,7 +106,7 @@ constexpr size_t kBounceFloats = size_t{64} << 10;
 
 }  // namespace
 
-KVServer::KVServer(const Config& config) : config_(config) {
+KVServer::Impl::Impl(const Config& config) : config_(config) {
   config_.validate();
   if (config_.role != Role::kServer) throw ConfigError("KVServer needs role=server");
   transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes,
@@ -47,20 +139,22 @@ KVServer::KVServer(const Config& config) : config_(config) {
       self_.str());
 }
 
-KVServer::~KVServer() {
+KVServer::Impl::~Impl() {
   if (!torn_down_) teardown(abort_->tripped());
   link_->close();
 }
 
-ServerStats KVServer::stats() const {
+ServerStats KVServer::Impl::stats() const {
   return ServerStats{rounds_.load(),       bytes_in_.load(),        bytes_out_.load(),
                      rejected_.load(),     rounds_in_place_.load(), sums_merged_.load(),
                      reader_waits_.load(), reader_wait_ns_.load()};
 }
 
-void KVServer::abort(const std::string& reason) { abort_->trip(Failure{self_.str(), reason}); }
+void KVServer::Impl::abort(const std::string& reason) {
+  abort_->trip(Failure{self_.str(), reason});
+}
 
-std::string KVServer::admit(const NodeId& id) {
+std::string KVServer::Impl::admit(const NodeId& id) {
   if (id.role != Role::kWorker) {
     return std::string("a ") + role_name(id.role) + " cannot connect to a server shard";
   }
@@ -71,7 +165,7 @@ std::string KVServer::admit(const NodeId& id) {
   return "";
 }
 
-void KVServer::on_peer(std::unique_ptr<Connection> conn, const NodeId& id, bool local) {
+void KVServer::Impl::on_peer(std::unique_ptr<Connection> conn, const NodeId& id, bool local) {
   auto peer = std::make_shared<Peer>(std::move(conn), self_, id,
                                      Peer::Options{config_.max_frame_bytes, config_.timeout_ms});
   {
@@ -113,12 +207,12 @@ void KVServer::on_peer(std::unique_ptr<Connection> conn, const NodeId& id, bool 
       [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
 }
 
-void KVServer::reject(const std::string& why) {
+void KVServer::Impl::reject(const std::string& why) {
   ++rejected_;
   throw ProtocolError(self_.str() + " rejected the frame: " + why);
 }
 
-bool KVServer::wait_ready() {
+bool KVServer::Impl::wait_ready() {
   std::unique_lock<std::mutex> lock(mu_);
   const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
   cv_.wait_until(lock, deadline.time_point(), [&] { return ready_ || abort_->tripped(); });
@@ -130,7 +224,7 @@ bool KVServer::wait_ready() {
   return false;
 }
 
-void KVServer::build_slots(const Plan& plan) {
+void KVServer::Impl::build_slots(const Plan& plan) {
   std::lock_guard<std::mutex> lock(mu_);
   plan_ = plan;
   for (const LayerPlan& lp : plan_.layers) {
@@ -157,7 +251,7 @@ void KVServer::build_slots(const Plan& plan) {
   cv_.notify_all();
 }
 
-ChunkRound* KVServer::find_round(const FrameHeader& h, const std::string& push) {
+ChunkRound* KVServer::Impl::find_round(const FrameHeader& h, const std::string& push) {
   auto lit = layers_.find(h.layer);  // layers_ is immutable once ready_
   if (lit == layers_.end())
     reject(push + ": layer " + std::to_string(h.layer) + " is not in the plan");
@@ -177,9 +271,9 @@ ChunkRound* KVServer::find_round(const FrameHeader& h, const std::string& push) 
   return slot;
 }
 
-bool KVServer::join_round(ChunkRound* slot, std::unique_lock<std::mutex>& lock,
-                          const FrameHeader& h, const std::string& push, const NodeId& from,
-                          const Deadline& deadline) {
+bool KVServer::Impl::join_round(ChunkRound* slot, std::unique_lock<std::mutex>& lock,
+                                const FrameHeader& h, const std::string& push, const NodeId& from,
+                                const Deadline& deadline) {
   // The next round's first push may arrive while this round's sums are
   // still being written (from the buffer it would be read into): wait.
   // The wait is counted (ServerStats.reader_waits): this reader reads
@@ -234,8 +328,8 @@ bool KVServer::join_round(ChunkRound* slot, std::unique_lock<std::mutex>& lock,
   return true;
 }
 
-void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
-                       std::vector<float>& bounce) {
+void KVServer::Impl::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
+                             std::vector<float>& bounce) {
   if (!wait_ready()) return;  // aborted: teardown closes this connection
   const NodeId& from = peer->remote();
   const std::string push = "push from " + from.str() + " for layer " + std::to_string(h.layer) +
@@ -297,7 +391,7 @@ void KVServer::on_push(const std::shared_ptr<Peer>& peer, const FrameHeader& h,
   for (SendJob& job : replies) queue_->push(std::move(job));
 }
 
-void KVServer::on_push_in_place(const std::shared_ptr<Peer>& peer, const FrameHeader& h) {
+void KVServer::Impl::on_push_in_place(const std::shared_ptr<Peer>& peer, const FrameHeader& h) {
   if (!wait_ready()) return;
   const NodeId& from = peer->remote();
   const std::string push = "in-place push from " + from.str() + " for layer " +
@@ -325,7 +419,7 @@ void KVServer::on_push_in_place(const std::shared_ptr<Peer>& peer, const FrameHe
   for (SendJob& job : replies) queue_->push(std::move(job));
 }
 
-std::vector<SendJob> KVServer::advance_locked(ChunkRound* slot) {
+std::vector<SendJob> KVServer::Impl::advance_locked(ChunkRound* slot) {
   std::vector<SendJob> out;
   const int lender = slot->in_place_rank;
   if (lender >= 0 && slot->into_sum > 0 && slot->sum_busy == 0 && !slot->merged) {
@@ -341,7 +435,7 @@ std::vector<SendJob> KVServer::advance_locked(ChunkRound* slot) {
   const float* total = lender >= 0 ? slot->in_place : slot->sum.data();
   // Note [reply order]: shard s answers workers s+1, s+2, ... (mod P1), not 0, 1, ...:
   // every shard finishes a turn's sums at about the same time (the pushes are rotated
-  // too: kv_worker.h, Note [push order]), and replies in one order would all head for
+  // too: internal/kv_worker.h, Note [push order]), and replies in one order would all head for
   // worker 0's link first while others idle. Ties in the send queue keep this order.
   const size_t workers = slot->reply_to.size();
   for (size_t turn = 0; turn < workers; ++turn) {
@@ -376,7 +470,7 @@ std::vector<SendJob> KVServer::advance_locked(ChunkRound* slot) {
   return out;
 }
 
-void KVServer::finish_round_locked(ChunkRound* slot, std::vector<SendJob>* out) {
+void KVServer::Impl::finish_round_locked(ChunkRound* slot, std::vector<SendJob>* out) {
   slot->last_completed = slot->round_iteration;
   slot->phase = ChunkRound::Phase::kIdle;
   ++rounds_;
@@ -404,7 +498,7 @@ void KVServer::finish_round_locked(ChunkRound* slot, std::vector<SendJob>* out) 
   slot->cv.notify_all();
 }
 
-void KVServer::reply_done(ChunkRound* slot, const SendOutcome& out, const NodeId& to) {
+void KVServer::Impl::reply_done(ChunkRound* slot, const SendOutcome& out, const NodeId& to) {
   if (!out.ok() && !out.connection_lost) {
     abort_->trip(Failure{to.str(), self_.str() + " could not send the sum of " + slot->key() +
                                        " iteration " + std::to_string(slot->round_iteration) +
@@ -425,7 +519,7 @@ void KVServer::reply_done(ChunkRound* slot, const SendOutcome& out, const NodeId
   for (SendJob& job : done) queue_->push(std::move(job));  // PULL_DONE
 }
 
-std::string KVServer::pending_summary() const {
+std::string KVServer::Impl::pending_summary() const {
   std::lock_guard<std::mutex> outer(mu_);
   std::string out;
   int shown = 0;
@@ -445,7 +539,7 @@ std::string KVServer::pending_summary() const {
          ", iteration " + std::to_string(p.iteration) + ")";
 }
 
-void KVServer::on_closed(Peer& peer, const std::string& reason, bool clean) {
+void KVServer::Impl::on_closed(Peer& peer, const std::string& reason, bool clean) {
   if (coord_->shutdown_received() || abort_->tripped()) return;
   if (!clean)
     log_line(self_.str(), "dropped connection from " + peer.remote().str() + " [" +
@@ -459,7 +553,7 @@ void KVServer::on_closed(Peer& peer, const std::string& reason, bool clean) {
   }
 }
 
-void KVServer::on_abort(const Failure& f) {
+void KVServer::Impl::on_abort(const Failure& f) {
   queue_->cancel_all("aborted: " + f.reason);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -471,10 +565,10 @@ void KVServer::on_abort(const Failure& f) {
   }
 }
 
-void KVServer::run() {
+void KVServer::Impl::run() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (ran_) throw ConfigError("KVServer::run called twice");
+    if (ran_) throw ConfigError("KVServer::Impl::run called twice");
     ran_ = true;
   }
   acceptor_->start();
@@ -509,7 +603,7 @@ void KVServer::run() {
   }
 }
 
-void KVServer::teardown(bool aborted) {
+void KVServer::Impl::teardown(bool aborted) {
   torn_down_ = true;
   acceptor_->stop();
   local_acceptor_->stop();
@@ -533,5 +627,13 @@ void KVServer::teardown(bool aborted) {
   coord_->close();
   abort_->seal(Failure{self_.str(), "server stopped"});
 }
+
+KVServer::KVServer(const Config& config) : impl_(std::make_unique<Impl>(config)) {}
+KVServer::~KVServer() = default;
+std::string KVServer::address() const { return impl_->address(); }
+std::string KVServer::local_address() const { return impl_->local_address(); }
+void KVServer::run() { impl_->run(); }
+void KVServer::abort(const std::string& reason) { impl_->abort(reason); }
+ServerStats KVServer::stats() const { return impl_->stats(); }
 
 }  // namespace poseidon

@@ -1,4 +1,4 @@
-#include "poseidon/kv_worker.h"
+#include "poseidon/internal/kv_worker.h"
 
 namespace poseidon {
 namespace {
@@ -14,40 +14,20 @@ uint64_t push_order(const LayerPlan& lp, uint32_t c, int num_servers, int rank, 
 
 }  // namespace
 
-KVWorker::Layer* KVWorker::find(uint32_t layer_id) const {
-  std::shared_lock<std::shared_mutex> lock(map_mu_);
-  auto it = layers_.find(layer_id);
-  return it == layers_.end() ? nullptr : it->second.get();
-}
-
-bool KVWorker::registered(uint32_t layer_id) const { return find(layer_id) != nullptr; }
-
 void KVWorker::register_layer(uint32_t layer_id, float* grad, size_t num_floats) {
-  const LayerPlan* lp = plane_.plan.find(layer_id);
-  const std::string who = plane_.self.str() + ": register_layer(" + std::to_string(layer_id) + ")";
-  if (lp == nullptr) throw ConfigError(who + ": layer is not in the plan");
-  if (lp->scheme != Scheme::kPS) {
-    throw ConfigError(who + ": layer " + lp->spec.name +
-                      " is synchronised by SFB in the plan; use register_sfb_layer");
-  }
-  if (num_floats != lp->spec.num_floats) {
-    throw ConfigError(who + ": buffer of " + std::to_string(num_floats) + " floats, but layer " +
-                      lp->spec.name + " was declared with " + std::to_string(lp->spec.num_floats));
-  }
-  if (grad == nullptr && num_floats > 0) throw ConfigError(who + ": null buffer");
-  auto layer = std::make_unique<Layer>();
-  layer->plan = lp;
-  layer->data = grad;
-  layer->counters = &plane_.counters->get(layer_id);
-  {
-    std::unique_lock<std::shared_mutex> lock(map_mu_);
-    if (!layers_.emplace(layer_id, std::move(layer)).second) {
-      throw ConfigError(who + ": layer registered twice");
+  const Layer& layer = layers_.add(layer_id, [&](Layer& l, const std::string& who) {
+    const LayerSpec& spec = l.plan->spec;
+    if (num_floats != spec.num_floats) {
+      throw ConfigError(who + ": buffer of " + std::to_string(num_floats) + " floats, but layer " +
+                        spec.name + " was declared with " + std::to_string(spec.num_floats));
     }
-  }
+    if (grad == nullptr && num_floats > 0) throw ConfigError(who + ": null buffer");
+    l.data = grad;
+  });
+  const LayerPlan& lp = *layer.plan;
   // Lent before its first push_pull can announce a chunk in place.
-  for (uint32_t c = 0; plane_.local_link && c < lp->num_chunks; ++c) {
-    if (plane_.plan.shard_of(*lp, c) == plane_.local_shard) {
+  for (uint32_t c = 0; plane_.local_link && c < lp.num_chunks; ++c) {
+    if (plane_.plan.shard_of(lp, c) == plane_.local_shard) {
       plane_.local_link->lend(plane_.self.rank, layer_id, grad, num_floats);
       break;
     }
@@ -55,27 +35,22 @@ void KVWorker::register_layer(uint32_t layer_id, float* grad, size_t num_floats)
 }
 
 Handle KVWorker::push_pull(uint32_t layer_id, int64_t iteration) {
-  Layer* layer = find(layer_id);
-  const std::string what = "push_pull of layer " + std::to_string(layer_id) +
-                           (layer ? " (" + layer->plan->spec.name + ")" : "") + " iteration " +
-                           std::to_string(iteration);
-  if (layer == nullptr) {
-    throw ConfigError(plane_.self.str() + ": " + what + ": layer not registered (register_layer)");
-  }
+  const auto [layer, what] =
+      layers_.use("push_pull", layer_id, iteration, "layer not registered (register_layer)");
   plane_.check_abort(what, layer_id, iteration);
   const Plan& plan = plane_.plan;
-  const LayerPlan& lp = *layer->plan;
+  const LayerPlan& lp = *layer.plan;
   std::shared_ptr<OpState> op;
   {
-    std::lock_guard<std::mutex> lock(layer->mu);
-    layer->ops.check_next(plane_.self.str(), what, iteration);
+    std::lock_guard<std::mutex> lock(layer.mu);
+    layer.ops.check_next(plane_.self.str(), what, iteration);
     std::vector<std::string> sources(lp.num_chunks);
     for (uint32_t c = 0; c < lp.num_chunks; ++c) {
       sources[c] = plane_.servers[static_cast<size_t>(plan.shard_of(lp, c))]->remote().str();
     }
     op = std::make_shared<OpState>(what, layer_id, iteration, "chunks", std::move(sources),
                                    lp.num_chunks, plane_.abort, plane_.self.str());
-    layer->ops.start(op, iteration);
+    layer.ops.start(op, iteration);
   }
   plane_.coord->set_progress(iteration, layer_id);
   for (uint32_t c = 0; c < lp.num_chunks; ++c) {
@@ -89,12 +64,11 @@ Handle KVWorker::push_pull(uint32_t layer_id, int64_t iteration) {
     job.header.chunk = c;
     job.header.iteration = iteration;
     job.order = push_order(lp, c, plan.num_servers, plane_.self.rank, in_place);
-    job.payload = in_place ? nullptr : layer->data + lp.chunk_offset(c);
+    job.payload = in_place ? nullptr : layer.data + lp.chunk_offset(c);
     job.bytes = in_place ? 0 : len * 4;
     // The counters count a chunk summed in place as sent and received too:
     // they measure what each exchange moves, wherever the shard runs.
-    report_send(job, op, layer->counters, len * 4, plane_.abort, what,
-                "chunk " + std::to_string(c));
+    report_send(job, op, layer.counters, len * 4, plane_.abort, what, "chunk " + std::to_string(c));
     plane_.queue->push(std::move(job));
   }
   return Handle(op);
@@ -109,7 +83,7 @@ void KVWorker::on_reply(Peer& from, const FrameHeader& h) {
   if (in_place && (!plane_.local_link || from.remote().rank != plane_.local_shard)) {
     throw ProtocolError(reply + ": only the shard in this worker's process sums in place");
   }
-  Layer* layer = find(h.layer);
+  Layer* layer = layers_.find(h.layer);
   if (layer == nullptr) throw ProtocolError(reply + ": layer not registered here");
   const Plan& plan = plane_.plan;
   const LayerPlan& lp = *layer->plan;
@@ -145,25 +119,6 @@ void KVWorker::on_reply(Peer& from, const FrameHeader& h) {
   if (!in_place) from.read_payload(layer->data + lp.chunk_offset(h.chunk), len * 4);
   layer->counters->bytes_received += len * 4;
   op->piece_done(h.chunk);
-}
-
-void KVWorker::fail_all(const Failure& failure) {
-  std::shared_lock<std::shared_mutex> lock(map_mu_);
-  for (auto& [id, layer] : layers_) {
-    std::lock_guard<std::mutex> l(layer->mu);
-    if (layer->ops.op()) layer->ops.op()->fail(failure);
-  }
-}
-
-std::string KVWorker::pending() const {
-  std::shared_lock<std::shared_mutex> lock(map_mu_);
-  std::string out;
-  for (auto& [id, layer] : layers_) {
-    std::lock_guard<std::mutex> l(layer->mu);
-    const std::shared_ptr<OpState>& op = layer->ops.op();
-    if (op && !op->finished()) out += (out.empty() ? "" : "; ") + op->what();
-  }
-  return out;
 }
 
 }  // namespace poseidon

@@ -1,4 +1,4 @@
-#include "poseidon/layer_ops.h"
+#include "poseidon/internal/layer_ops.h"
 
 #include <utility>
 

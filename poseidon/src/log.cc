@@ -1,4 +1,4 @@
-#include "poseidon/log.h"
+#include "poseidon/internal/log.h"
 
 #include <cstdio>
 #include <mutex>

@@ -1,7 +1,7 @@
-#include "poseidon/messages.h"
+#include "poseidon/internal/messages.h"
 
 #include "poseidon/errors.h"
-#include "poseidon/wire.h"
+#include "poseidon/internal/wire.h"
 
 namespace poseidon {
 namespace {

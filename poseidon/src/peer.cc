@@ -1,8 +1,8 @@
-#include "poseidon/peer.h"
+#include "poseidon/internal/peer.h"
 
 #include <condition_variable>
 
-#include "poseidon/messages.h"
+#include "poseidon/internal/messages.h"
 
 namespace poseidon {
 

@@ -1,10 +1,10 @@
-#include "poseidon/reject_log.h"
+#include "poseidon/internal/reject_log.h"
 
 #include <cstdio>
 #include <utility>
 #include <vector>
 
-#include "poseidon/log.h"
+#include "poseidon/internal/log.h"
 
 namespace poseidon {
 

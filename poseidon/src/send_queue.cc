@@ -1,4 +1,4 @@
-#include "poseidon/send_queue.h"
+#include "poseidon/internal/send_queue.h"
 
 namespace poseidon {
 

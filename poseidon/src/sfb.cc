@@ -1,4 +1,4 @@
-#include "poseidon/sfb.h"
+#include "poseidon/internal/sfb.h"
 
 #include <cstring>
 #include <limits>
@@ -7,14 +7,6 @@ namespace poseidon {
 namespace {
 constexpr uint64_t kUnknown = std::numeric_limits<uint64_t>::max();
 }  // namespace
-
-SFBroadcaster::Layer* SFBroadcaster::find(uint32_t layer_id) const {
-  std::shared_lock<std::shared_mutex> lock(map_mu_);
-  auto it = layers_.find(layer_id);
-  return it == layers_.end() ? nullptr : it->second.get();
-}
-
-bool SFBroadcaster::registered(uint32_t layer_id) const { return find(layer_id) != nullptr; }
 
 SFBroadcaster::Slot& SFBroadcaster::slot_for(Layer& layer, int64_t iteration) {
   return layer.slots[static_cast<uint64_t>(iteration) & 1u];
@@ -33,64 +25,28 @@ bool SFBroadcaster::rank_complete(const Slot& slot, size_t rank) const {
 }
 
 void SFBroadcaster::register_layer(uint32_t layer_id, size_t max_floats) {
-  const std::string who =
-      plane_.self.str() + ": register_sfb_layer(" + std::to_string(layer_id) + ")";
-  const LayerPlan* lp = plane_.plan.find(layer_id);
-  if (lp == nullptr) throw ConfigError(who + ": layer is not in the plan");
-  if (lp->scheme != Scheme::kSFB) {
-    throw ConfigError(who + ": layer " + lp->spec.name +
-                      " is synchronised by the PS in the plan; use register_layer");
-  }
   const size_t p1 = static_cast<size_t>(plane_.plan.num_workers);
-  auto layer = std::make_unique<Layer>();
-  layer->plan = lp;
-  layer->max_floats = max_floats;
-  layer->max_chunks = count_chunks(max_floats, plane_.plan.chunk_floats());
-  layer->counters = &plane_.counters->get(layer_id);
-  for (Slot& s : layer->slots) {
-    s.buffers.assign(p1, std::vector<float>(max_floats));
-    s.total.assign(p1, kUnknown);
-    s.got.assign(p1, std::vector<uint8_t>(layer->max_chunks, 0));
-    s.chunks_left.assign(p1, 0);
-  }
-  {
-    std::unique_lock<std::shared_mutex> lock(map_mu_);
-    if (!layers_.emplace(layer_id, std::move(layer)).second) {
-      throw ConfigError(who + ": layer registered twice");
+  layers_.add(layer_id, [&](Layer& layer, const std::string&) {
+    layer.max_floats = max_floats;
+    layer.max_chunks = count_chunks(max_floats, plane_.plan.chunk_floats());
+    for (Slot& s : layer.slots) {
+      s.buffers.assign(p1, std::vector<float>(max_floats));
+      s.total.assign(p1, kUnknown);
+      s.got.assign(p1, std::vector<uint8_t>(layer.max_chunks, 0));
+      s.chunks_left.assign(p1, 0);
     }
-  }
-  registered_cv_.notify_all();
-}
-
-SFBroadcaster::Layer* SFBroadcaster::wait_registered(uint32_t layer_id, const std::string& what) {
-  std::shared_lock<std::shared_mutex> lock(map_mu_);
-  const Deadline deadline = Deadline::after_ms(plane_.timeout_ms);
-  // Wake now and then to notice an abort (it does not signal this cv).
-  while (!layers_.count(layer_id)) {
-    if (plane_.abort->tripped()) return nullptr;
-    if (deadline.expired()) {
-      throw TimeoutError(plane_.self.str() + ": " + what + ": layer " + std::to_string(layer_id) +
-                         " was not registered here (register_sfb_layer) within " +
-                         std::to_string(plane_.timeout_ms) + " ms");
-    }
-    registered_cv_.wait_for(lock, std::chrono::milliseconds(50));
-  }
-  return layers_.at(layer_id).get();
+  });
 }
 
 Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const float* send,
                                 size_t num_floats) {
-  Layer* layer = find(layer_id);
-  const std::string what = "allgather of layer " + std::to_string(layer_id) +
-                           (layer ? " (" + layer->plan->spec.name + ")" : "") + " iteration " +
-                           std::to_string(iteration);
+  const auto [layer, what] = layers_.use("allgather", layer_id, iteration);
   const std::string me = plane_.self.str();
-  if (layer == nullptr) throw ConfigError(me + ": " + what + ": layer not registered");
   plane_.check_abort(what, layer_id, iteration);
-  if (num_floats > layer->max_floats) {
+  if (num_floats > layer.max_floats) {
     throw ConfigError(me + ": " + what + ": factor of " + std::to_string(num_floats) +
                       " floats exceeds the registered maximum of " +
-                      std::to_string(layer->max_floats));
+                      std::to_string(layer.max_floats));
   }
   if (send == nullptr && num_floats > 0) throw ConfigError(me + ": " + what + ": null buffer");
   const size_t p1 = static_cast<size_t>(plane_.plan.num_workers);
@@ -99,9 +55,9 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
   std::shared_ptr<OpState> op;
   const float* own = nullptr;
   {
-    std::lock_guard<std::mutex> lock(layer->mu);
-    layer->ops.check_next(me, what, iteration);
-    Slot& slot = slot_for(*layer, iteration);
+    std::lock_guard<std::mutex> lock(layer.mu);
+    layer.ops.check_next(me, what, iteration);
+    Slot& slot = slot_for(layer, iteration);
     if (!slot.used || slot.iteration != iteration) reset_slot(slot, iteration);
     // Our own factor is copied into our slot and sent from there, so the
     // caller may reuse `send` as soon as this returns.
@@ -118,7 +74,7 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
     for (size_t r = 0; r < p1; ++r) {
       if (rank_complete(slot, r)) op->piece_done(r);
     }
-    layer->ops.start(op, iteration);
+    layer.ops.start(op, iteration);
   }
   plane_.coord->set_progress(iteration, layer_id);
   // Note [factor order]: peers in turn from rank+1 (mod P1), not from 0: frames of equal
@@ -139,7 +95,7 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
       job.order = c;
       job.payload = own + plane_.plan.chunk_offset(c);
       job.bytes = plane_.plan.chunk_length(num_floats, c) * 4;
-      report_send(job, op, layer->counters, job.bytes, plane_.abort, what, "the factor");
+      report_send(job, op, layer.counters, job.bytes, plane_.abort, what, "the factor");
       plane_.queue->push(std::move(job));
     }
   }
@@ -147,7 +103,7 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
 }
 
 FactorView SFBroadcaster::factor(uint32_t layer_id, int64_t iteration, int rank) const {
-  Layer* layer = find(layer_id);
+  Layer* layer = layers_.find(layer_id);
   const std::string what = plane_.self.str() + ": factor of worker " + std::to_string(rank) +
                            " for layer " + std::to_string(layer_id) + " iteration " +
                            std::to_string(iteration);
@@ -171,7 +127,7 @@ void SFBroadcaster::on_factor(Peer& from, const FrameHeader& h) {
   const std::string what = "factor from " + from.remote().str() + " for layer " +
                            std::to_string(h.layer) + " chunk " + std::to_string(h.chunk) +
                            " iteration " + std::to_string(h.iteration);
-  Layer* layer = wait_registered(h.layer, what);
+  Layer* layer = layers_.wait(h.layer, what);
   if (layer == nullptr) return;  // aborted
   const Plan& plan = plane_.plan;
   float* dst = nullptr;
@@ -232,25 +188,6 @@ void SFBroadcaster::on_factor(Peer& from, const FrameHeader& h) {
   if (--slot->chunks_left[j] == 0 && op && op->iteration() == h.iteration) {
     op->piece_done(j);
   }
-}
-
-void SFBroadcaster::fail_all(const Failure& failure) {
-  std::shared_lock<std::shared_mutex> lock(map_mu_);
-  for (auto& [id, layer] : layers_) {
-    std::lock_guard<std::mutex> l(layer->mu);
-    if (layer->ops.op()) layer->ops.op()->fail(failure);
-  }
-}
-
-std::string SFBroadcaster::pending() const {
-  std::shared_lock<std::shared_mutex> lock(map_mu_);
-  std::string out;
-  for (auto& [id, layer] : layers_) {
-    std::lock_guard<std::mutex> l(layer->mu);
-    const std::shared_ptr<OpState>& op = layer->ops.op();
-    if (op && !op->finished()) out += (out.empty() ? "" : "; ") + op->what();
-  }
-  return out;
 }
 
 }  // namespace poseidon

@@ -19,7 +19,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "poseidon/transport.h"
+#include "poseidon/internal/transport.h"
 
 namespace poseidon {
 namespace {

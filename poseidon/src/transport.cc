@@ -1,4 +1,4 @@
-#include "poseidon/transport.h"
+#include "poseidon/internal/transport.h"
 
 namespace poseidon {
 

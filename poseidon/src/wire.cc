@@ -1,4 +1,4 @@
-#include "poseidon/wire.h"
+#include "poseidon/internal/wire.h"
 
 #include <cstring>
 

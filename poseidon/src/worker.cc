@@ -1,12 +1,88 @@
 #include "poseidon/worker.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 
-#include "poseidon/log.h"
+#include "poseidon/internal/abort_signal.h"
+#include "poseidon/internal/acceptor.h"
+#include "poseidon/internal/coordinator_client.h"
+#include "poseidon/internal/counters.h"
+#include "poseidon/internal/data_plane.h"
+#include "poseidon/internal/handshake.h"
+#include "poseidon/internal/kv_worker.h"
+#include "poseidon/internal/log.h"
+#include "poseidon/internal/send_queue.h"
+#include "poseidon/internal/sfb.h"
 
 namespace poseidon {
 
-Worker::Worker(const Config& config) : config_(config) {
+// What a Worker is; the public calls forward here, one to one.
+class Worker::Impl {
+ public:
+  explicit Impl(const Config& config);
+  ~Impl();
+
+  void connect();
+  const Plan& plan(const std::vector<LayerSpec>& layers);
+  void register_layer(uint32_t layer_id, float* grad, size_t num_floats);
+  void register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker);
+  Handle push_pull(uint32_t layer_id, int64_t iteration);
+  Handle allgather(uint32_t layer_id, int64_t iteration, const float* send, size_t num_floats);
+  FactorView factor(uint32_t layer_id, int64_t iteration, int rank) const;
+  void barrier(const std::string& name, int timeout_ms);
+  void request_action(ActionKind kind, const std::string& reason);
+  std::vector<ActionMessage> reach_boundary(int64_t iteration, int timeout_ms);
+  void abort(const std::string& reason);
+  void shutdown(int timeout_ms);
+  std::map<uint32_t, LayerTraffic> traffic() const { return counters_.snapshot(); }
+  const Config& config() const { return config_; }
+  std::string address() const { return self_.address; }
+  const AddressBook& address_book() const { return book_; }
+
+ private:
+  enum class State { kNew, kConnected, kPlanned, kShutDown };
+  std::string admit(const NodeId& id);
+  void on_peer(std::unique_ptr<Connection> conn, const NodeId& id);
+  // Wraps a handshaken connection to `id` in a Peer, puts it in its data-plane
+  // slot (running `also` under the same lock) and starts its reader; false
+  // (the connection dropped) if the slot is taken or the worker closed.
+  bool adopt(std::unique_ptr<Connection> conn, const NodeId& id,
+             const std::function<void()>& also = nullptr);
+  void on_frame(Peer& peer, const FrameHeader& h);
+  void on_closed(Peer& peer, const std::string& reason, bool clean);
+  void on_abort(const Failure& f);
+  // The shard of this process may no longer use our ranges; waits for the
+  // uses in progress until `deadline` (internal/colocated.h, Note [lending]).
+  void revoke_loans(Deadline deadline);
+  bool wait_planned();
+  std::string pending() const;
+  void require(State at_least, const std::string& call) const;
+  void close_all(bool graceful);
+
+  const Config config_;
+  std::unique_ptr<Transport> transport_;
+  NodeId self_;
+  std::shared_ptr<AbortSignal> abort_;
+  CounterTable counters_;
+  std::unique_ptr<SendQueue> queue_;
+  std::unique_ptr<CoordinatorClient> coord_;
+  std::unique_ptr<Acceptor> acceptor_;
+  AddressBook book_;
+  DataPlane plane_;
+  std::unique_ptr<KVWorker> kv_;
+  std::unique_ptr<SFBroadcaster> sfb_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  State state_ = State::kNew;
+  bool shutting_down_ = false;
+  bool closed_ = false;
+  std::vector<std::shared_ptr<Peer>> all_peers_;  // every link, joined at close
+};
+
+Worker::Impl::Impl(const Config& config) : config_(config) {
   config_.validate();
   if (config_.role != Role::kWorker) throw ConfigError("Worker needs role=worker");
   transport_ = make_transport(config_.transport, TransportOptions{config_.socket_buffer_bytes,
@@ -33,9 +109,9 @@ Worker::Worker(const Config& config) : config_(config) {
   acceptor_->start();
 }
 
-Worker::~Worker() { close_all(false); }
+Worker::Impl::~Impl() { close_all(false); }
 
-void Worker::require(State at_least, const std::string& call) const {
+void Worker::Impl::require(State at_least, const std::string& call) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ == State::kShutDown) throw ConfigError(self_.str() + ": " + call + " after shutdown");
   if (static_cast<int>(state_) < static_cast<int>(at_least)) {
@@ -44,7 +120,7 @@ void Worker::require(State at_least, const std::string& call) const {
   }
 }
 
-std::string Worker::admit(const NodeId& id) {
+std::string Worker::Impl::admit(const NodeId& id) {
   if (id.role != Role::kWorker) {
     return std::string("a ") + role_name(id.role) + " cannot connect to a worker";
   }
@@ -59,8 +135,8 @@ std::string Worker::admit(const NodeId& id) {
   return "";
 }
 
-bool Worker::adopt(std::unique_ptr<Connection> conn, const NodeId& id,
-                   const std::function<void()>& also) {
+bool Worker::Impl::adopt(std::unique_ptr<Connection> conn, const NodeId& id,
+                         const std::function<void()>& also) {
   auto peer = std::make_shared<Peer>(std::move(conn), self_, id,
                                      Peer::Options{config_.max_frame_bytes, config_.timeout_ms});
   {
@@ -79,11 +155,11 @@ bool Worker::adopt(std::unique_ptr<Connection> conn, const NodeId& id,
   return true;
 }
 
-void Worker::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
+void Worker::Impl::on_peer(std::unique_ptr<Connection> conn, const NodeId& id) {
   adopt(std::move(conn), id);
 }
 
-void Worker::connect() {
+void Worker::Impl::connect() {
   require(State::kNew, "connect");
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -160,7 +236,7 @@ void Worker::connect() {
   if (config_.verbose) log_line(self_.str(), "connected to every server and worker");
 }
 
-const Plan& Worker::plan(const std::vector<LayerSpec>& layers) {
+const Plan& Worker::Impl::plan(const std::vector<LayerSpec>& layers) {
   require(State::kConnected, "plan");
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -184,33 +260,33 @@ const Plan& Worker::plan(const std::vector<LayerSpec>& layers) {
   return plane_.plan;
 }
 
-void Worker::register_layer(uint32_t layer_id, float* grad, size_t num_floats) {
+void Worker::Impl::register_layer(uint32_t layer_id, float* grad, size_t num_floats) {
   require(State::kPlanned, "register_layer");
   kv_->register_layer(layer_id, grad, num_floats);
 }
 
-void Worker::register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker) {
+void Worker::Impl::register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker) {
   require(State::kPlanned, "register_sfb_layer");
   sfb_->register_layer(layer_id, max_floats_per_worker);
 }
 
-Handle Worker::push_pull(uint32_t layer_id, int64_t iteration) {
+Handle Worker::Impl::push_pull(uint32_t layer_id, int64_t iteration) {
   require(State::kPlanned, "push_pull");
   return kv_->push_pull(layer_id, iteration);
 }
 
-Handle Worker::allgather(uint32_t layer_id, int64_t iteration, const float* send,
-                         size_t num_floats) {
+Handle Worker::Impl::allgather(uint32_t layer_id, int64_t iteration, const float* send,
+                               size_t num_floats) {
   require(State::kPlanned, "allgather");
   return sfb_->allgather(layer_id, iteration, send, num_floats);
 }
 
-FactorView Worker::factor(uint32_t layer_id, int64_t iteration, int rank) const {
+FactorView Worker::Impl::factor(uint32_t layer_id, int64_t iteration, int rank) const {
   require(State::kPlanned, "factor");
   return sfb_->factor(layer_id, iteration, rank);
 }
 
-void Worker::barrier(const std::string& name, int timeout_ms) {
+void Worker::Impl::barrier(const std::string& name, int timeout_ms) {
   require(State::kConnected, "barrier");
   try {
     coord_->barrier(name, Deadline::after_ms(timeout_ms));
@@ -220,12 +296,12 @@ void Worker::barrier(const std::string& name, int timeout_ms) {
   }
 }
 
-void Worker::request_action(ActionKind kind, const std::string& reason) {
+void Worker::Impl::request_action(ActionKind kind, const std::string& reason) {
   require(State::kConnected, "request_action");
   coord_->request_action(kind, reason, Deadline::after_ms(config_.timeout_ms));
 }
 
-std::vector<ActionMessage> Worker::reach_boundary(int64_t iteration, int timeout_ms) {
+std::vector<ActionMessage> Worker::Impl::reach_boundary(int64_t iteration, int timeout_ms) {
   require(State::kConnected, "reach_boundary");
   try {
     return coord_->reach_boundary(iteration, Deadline::after_ms(timeout_ms));
@@ -235,11 +311,11 @@ std::vector<ActionMessage> Worker::reach_boundary(int64_t iteration, int timeout
   }
 }
 
-void Worker::abort(const std::string& reason) {
+void Worker::Impl::abort(const std::string& reason) {
   abort_->trip(Failure{self_.str(), self_.str() + " aborted the job: " + reason});
 }
 
-bool Worker::wait_planned() {
+bool Worker::Impl::wait_planned() {
   std::unique_lock<std::mutex> lock(mu_);
   const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
   cv_.wait_until(lock, deadline.time_point(),
@@ -252,7 +328,7 @@ bool Worker::wait_planned() {
   return false;
 }
 
-void Worker::on_frame(Peer& peer, const FrameHeader& h) {
+void Worker::Impl::on_frame(Peer& peer, const FrameHeader& h) {
   // After an abort our handles have failed: data still arriving for them is
   // skipped, not rejected (an ERROR back would race our ABORT to the sender
   // and could become the reason it reports).
@@ -282,7 +358,7 @@ void Worker::on_frame(Peer& peer, const FrameHeader& h) {
   }
 }
 
-std::string Worker::pending() const {
+std::string Worker::Impl::pending() const {
   std::string out;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -299,7 +375,7 @@ std::string Worker::pending() const {
          std::to_string(p.layer) + ", iteration " + std::to_string(p.iteration) + ")";
 }
 
-void Worker::on_closed(Peer& peer, const std::string& reason, bool clean) {
+void Worker::Impl::on_closed(Peer& peer, const std::string& reason, bool clean) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutting_down_ || closed_) return;
@@ -310,10 +386,10 @@ void Worker::on_closed(Peer& peer, const std::string& reason, bool clean) {
                                  "): " + strip_peer_name(reason, name) + pending()});
 }
 
-void Worker::on_abort(const Failure& f) {
+void Worker::Impl::on_abort(const Failure& f) {
   queue_->cancel_all("aborted: " + f.reason);
   // The shard of this process stops using our ranges before our handles fail
-  // and the caller may touch them again (colocated.h, Note [lending]).
+  // and the caller may touch them again (internal/colocated.h, Note [lending]).
   revoke_loans(Deadline::after_ms(kTeardownSendMs));
   std::vector<std::shared_ptr<Peer>> peers;
   {
@@ -337,7 +413,7 @@ void Worker::on_abort(const Failure& f) {
   for (const auto& p : peers) p->shutdown();
 }
 
-void Worker::revoke_loans(Deadline deadline) {
+void Worker::Impl::revoke_loans(Deadline deadline) {
   std::shared_ptr<ColocatedLink> link;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -348,7 +424,7 @@ void Worker::revoke_loans(Deadline deadline) {
   }
 }
 
-void Worker::shutdown(int timeout_ms) {
+void Worker::Impl::shutdown(int timeout_ms) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kShutDown) return;
@@ -369,7 +445,7 @@ void Worker::shutdown(int timeout_ms) {
   close_all(true);
 }
 
-void Worker::close_all(bool graceful) {
+void Worker::Impl::close_all(bool graceful) {
   std::vector<std::shared_ptr<Peer>> peers;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -402,5 +478,42 @@ void Worker::close_all(bool graceful) {
   const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
   for (const auto& p : peers) p->wait_stopped(deadline);
 }
+
+Worker::Worker(const Config& config) : impl_(std::make_unique<Impl>(config)) {}
+Worker::~Worker() = default;
+void Worker::connect() { impl_->connect(); }
+const Plan& Worker::plan(const std::vector<LayerSpec>& layers) { return impl_->plan(layers); }
+void Worker::register_layer(uint32_t layer_id, float* grad, size_t num_floats) {
+  impl_->register_layer(layer_id, grad, num_floats);
+}
+void Worker::register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker) {
+  impl_->register_sfb_layer(layer_id, max_floats_per_worker);
+}
+Handle Worker::push_pull(uint32_t layer_id, int64_t iteration) {
+  return impl_->push_pull(layer_id, iteration);
+}
+Handle Worker::allgather(uint32_t layer_id, int64_t iteration, const float* send,
+                         size_t num_floats) {
+  return impl_->allgather(layer_id, iteration, send, num_floats);
+}
+FactorView Worker::factor(uint32_t layer_id, int64_t iteration, int rank) const {
+  return impl_->factor(layer_id, iteration, rank);
+}
+void Worker::barrier(const std::string& name, int timeout_ms) { impl_->barrier(name, timeout_ms); }
+void Worker::request_action(ActionKind kind, const std::string& reason) {
+  impl_->request_action(kind, reason);
+}
+std::vector<ActionMessage> Worker::reach_boundary(int64_t iteration, int timeout_ms) {
+  return impl_->reach_boundary(iteration, timeout_ms);
+}
+void Worker::abort(const std::string& reason) { impl_->abort(reason); }
+void Worker::shutdown(int timeout_ms) { impl_->shutdown(timeout_ms); }
+std::map<uint32_t, LayerTraffic> Worker::traffic() const { return impl_->traffic(); }
+int Worker::rank() const { return impl_->config().rank; }
+int Worker::num_workers() const { return impl_->config().num_workers; }
+int Worker::num_servers() const { return impl_->config().num_servers; }
+int Worker::timeout_ms() const { return impl_->config().timeout_ms; }
+std::string Worker::address() const { return impl_->address(); }
+const AddressBook& Worker::address_book() const { return impl_->address_book(); }
 
 }  // namespace poseidon

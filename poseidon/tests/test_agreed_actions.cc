@@ -1,4 +1,4 @@
-// Agreed actions (action_rounds.h, Note [agreed actions]): the round state
+// Agreed actions (internal/action_rounds.h, Note [agreed actions]): the round state
 // machine, and a real cluster whose workers, at different speeds, all stop at
 // the same iteration when one of them is asked to.
 
@@ -8,7 +8,8 @@
 
 #include "check.h"
 #include "cluster.h"
-#include "poseidon/action_rounds.h"
+#include "poseidon/errors.h"
+#include "poseidon/internal/action_rounds.h"
 
 using namespace poseidon;
 

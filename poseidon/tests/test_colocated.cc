@@ -1,4 +1,4 @@
-// ColocatedLink (colocated.h): the process-wide table of links, the ranges a
+// ColocatedLink (internal/colocated.h): the process-wide table of links, the ranges a
 // worker lends, and the uses a revoke waits for and then refuses.
 
 #include <atomic>
@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "check.h"
-#include "poseidon/colocated.h"
 #include "poseidon/errors.h"
+#include "poseidon/internal/colocated.h"
 
 using namespace poseidon;
 

@@ -6,7 +6,7 @@
 
 #include "check.h"
 #include "cluster.h"
-#include "poseidon/send_queue.h"
+#include "poseidon/internal/send_queue.h"
 
 using namespace poseidon;
 

@@ -1,4 +1,4 @@
-// BestScheme and the cost model reproduce the worked table of reference §4
+// BestScheme and the cost model reproduce the worked table of docs/paper.md §4
 // (K = 32, P1 = P2 = 16, fp32, per node per iteration; MB = 10^6 bytes).
 
 #include <cmath>

@@ -5,6 +5,7 @@
 // at the origin and, on workers, the layer and iteration they waited on.
 // (Real processes killed with SIGKILL: tests/poseidon/test_faults.py.)
 
+#include <atomic>
 #include <chrono>
 
 #include "check.h"
@@ -212,7 +213,7 @@ TEST(explicit_abort_carries_the_reason) {
 // A colocated worker whose range its shard is summing into aborts, or
 // vanishes (destroyed without shutdown), mid-round: every other node stops
 // with the reason. The range is freed the moment ~Worker returns, so a use
-// by the shard after that (colocated.h, Note [lending]) would show under
+// by the shard after that (internal/colocated.h, Note [lending]) would show under
 // AddressSanitizer; test_colocated checks the revoke mechanism itself.
 TEST(colocated_worker_fails_while_its_range_is_summed_into) {
   for (const bool vanish : {false, true}) {

@@ -4,10 +4,10 @@
 #include <cstring>
 
 #include "check.h"
-#include "poseidon/frame.h"
-#include "poseidon/handshake.h"
-#include "poseidon/messages.h"
-#include "poseidon/wire.h"
+#include "poseidon/internal/frame.h"
+#include "poseidon/internal/handshake.h"
+#include "poseidon/internal/messages.h"
+#include "poseidon/internal/wire.h"
 
 using namespace poseidon;
 

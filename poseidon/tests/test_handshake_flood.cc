@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "check.h"
-#include "poseidon/acceptor.h"
-#include "poseidon/frame.h"
-#include "poseidon/handshake.h"
+#include "poseidon/internal/acceptor.h"
+#include "poseidon/internal/frame.h"
+#include "poseidon/internal/handshake.h"
 #include "stderr_capture.h"
 
 using namespace poseidon;

@@ -16,9 +16,9 @@
 
 #include "check.h"
 #include "cluster.h"
-#include "poseidon/frame.h"
-#include "poseidon/handshake.h"
-#include "poseidon/messages.h"
+#include "poseidon/internal/frame.h"
+#include "poseidon/internal/handshake.h"
+#include "poseidon/internal/messages.h"
 #include "stderr_capture.h"
 
 using namespace poseidon;

@@ -2,6 +2,8 @@
 // for a few worker × shard combinations over TCP and in-process, two
 // iterations each: worker r pushes (r+1) + (i mod 3) + t.
 
+#include <atomic>
+
 #include "check.h"
 #include "cluster.h"
 

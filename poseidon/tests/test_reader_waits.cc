@@ -18,8 +18,8 @@
 
 #include "check.h"
 #include "cluster.h"
-#include "poseidon/frame.h"
-#include "poseidon/handshake.h"
+#include "poseidon/internal/frame.h"
+#include "poseidon/internal/handshake.h"
 
 using namespace poseidon;
 

@@ -192,7 +192,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("verbose", &Config::verbose)
       .def("validate", &Config::validate);
 
-  py::class_<CommCost>(m, "CommCost", "Floats sent + received per iteration (reference §4).")
+  py::class_<CommCost>(m, "CommCost", "Floats sent + received per iteration (docs/paper.md §4).")
       .def_readonly("ps_worker_floats", &CommCost::ps_worker_floats)
       .def_readonly("ps_server_floats", &CommCost::ps_server_floats)
       .def_readonly("ps_colocated_floats", &CommCost::ps_colocated_floats)

@@ -24,8 +24,8 @@ from typing import Any
 ROLES = ("worker", "server", "coordinator")
 SCHEMES = ("auto", "ps", "sfb")
 SYNC_MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
-# The modes of caffe/parallel.py's PoseidonSync (KV store and SFB), which run a HybComm plan;
-# allreduce is caffe/allreduce_sync.py's and has none.
+# The modes of caffe/parallel/syncer.py's PoseidonSync (KV store and SFB), which run a HybComm plan;
+# allreduce is caffe/parallel/allreduce.py's and has none.
 PLAN_SYNC_MODES = SYNC_MODES[:3]
 TRANSPORTS = ("tcp", "inproc")
 DEFAULT_COORDINATOR_PORT = 29600

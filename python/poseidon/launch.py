@@ -13,13 +13,13 @@ Every process runs under `poseidon.supervise` on a lifeline (a pipe from this la
 ssh's stdin on a host): when the launcher dies, even by SIGKILL, its job ends within
 seconds on every host instead of training on unattended (supervise.py, Note [lifeline]).
 
-With `--sync allreduce` (the DDP-style baseline, caffe/allreduce_sync.py) only the
+With `--sync allreduce` (the DDP-style baseline, caffe/parallel/allreduce.py) only the
 workers start, given torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the first
 host: worker 0's, or 127.0.0.1) and MASTER_PORT (--port, default 29500) besides.
 
 Note [process groups]. Children run in their own sessions, so the terminal's Ctrl-C
 reaches only the launcher, which then hands it to the workers through their lifelines;
-they agree on where to stop (caffe/parallel.py, Note [agreed actions]). A signal that
+they agree on where to stop (caffe/parallel/syncer.py, Note [agreed actions]). A signal that
 reached one worker alone works the same way: it asks the coordinator for the stop.
 """
 
@@ -212,7 +212,7 @@ class Launcher:
         for rank, host in enumerate(hosts):
             local = local_ranks.get(host, 0)
             local_ranks[host] = local + 1
-            # The workers of one host share its cores (caffe/data_threads.py sizes by it).
+            # The workers of one host share its cores (caffe/data/threads.py sizes by it).
             worker_env = {**env, "POSEIDON_ROLE": "worker", "POSEIDON_RANK": str(rank),
                           "POSEIDON_LOCAL_RANK": str(local),
                           "POSEIDON_LOCAL_WORKERS": str(hosts.count(host))}  # fmt: skip

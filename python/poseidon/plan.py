@@ -1,21 +1,22 @@
 """The HybComm plan's inputs and its printed form.
 
 `layer_specs` is the one derivation of the LayerSpecs a worker declares to the coordinator
-(DESIGN §4: what `poseidon plan` prints is the plan the job runs): PoseidonSync
-(caffe/parallel.py) declares its result, `poseidon plan` feeds the same result to
-`_C.make_plan` — the function the coordinator runs on the declared specs — and prints that
-plan, and the predictor plans its cells with it. Its input is caffe.sync_layout's view of a
-net (which layers are synchronised, their gradient ranges, their CommShape), so that every
-engine rule — frozen layers, shared weights, InnerProduct's axis — is decided once there.
+(docs/design.md §4: what `poseidon plan` prints is the plan the job runs): every front end's
+syncer (caffe/parallel/syncer.py's PoseidonSync, poseidon.torch's DistributedDataParallel)
+declares its result, `poseidon plan` feeds the same result to `_C.make_plan` — the function
+the coordinator runs on the declared specs — and prints that plan, and the predictor plans
+its cells with it. Its input is a front end's layout (poseidon/sync/layout.py: which layers
+are synchronised, their gradient ranges, their CommShape), so that every engine rule —
+frozen layers, shared weights, InnerProduct's axis — is decided once, in the front end's
+layout.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from caffe.sync_layout import SyncLayer
+from poseidon.sync.layout import KINDS, SyncLayer
 
 SCHEME_NAMES = {"auto": "AUTO", "ps": "PS", "sfb": "SFB"}  # option -> _C.SchemeChoice
 
@@ -30,7 +31,6 @@ def scheme_choice(scheme: str) -> Any:
 
 
 def _native_kind(kind: str) -> Any:
-    from caffe.sync_layout import KINDS
     from poseidon import _C
 
     if kind not in KINDS:
@@ -41,7 +41,7 @@ def _native_kind(kind: str) -> Any:
 def layer_spec(layer_id: int, name: str, kind: str, m: int, n: int, k: int,
                num_floats: int, force: str = "auto") -> Any:  # fmt: skip
     """One comm-core LayerSpec: an m×n weight and k samples per worker per iteration, in the
-    cost model's names (reference §4). Only an FC layer may be forced to SFB or left to
+    cost model's names (docs/paper.md §4). Only an FC layer may be forced to SFB or left to
     BestScheme; every other kind is PS. `force` is "auto", "ps" or "sfb"."""
     from poseidon import _C
 
@@ -58,8 +58,8 @@ def layer_specs(
     layer_schemes: Mapping[str, str] | None = None,
     what: str = "layer schemes",
 ) -> list[Any]:
-    """The LayerSpecs of a job's synchronised layers `layout` (caffe.sync_layout.sync_layout
-    of its net, in net order) with the solver's iter_size, sync mode `sync`, POSEIDON_SCHEME
+    """The LayerSpecs of a job's synchronised layers `layout` (a front end's layout of its
+    model, in priority order) with the solver's iter_size, sync mode `sync`, POSEIDON_SCHEME
     `scheme` and the per-layer POSEIDON_LAYER_SCHEMES `layer_schemes`. Raises ValueError,
     starting with `what`, when `layer_schemes` names a layer that is not synchronised."""
     from poseidon.config import PLAN_SYNC_MODES
@@ -79,6 +79,27 @@ def layer_specs(
     return [layer_spec(s.index, s.name, s.shape.kind, s.shape.m, s.shape.n,
                        s.shape.rows * iter_size, s.num_floats, forced.get(s.name, scheme))
             for s in layout]  # fmt: skip
+
+
+def plan_layout(
+    layout: Sequence[SyncLayer],
+    workers: int,
+    servers: int,
+    passes: int = 1,
+    sync: str = "poseidon",
+    scheme: str = "auto",
+    layer_schemes: Mapping[str, str] | None = None,
+    what: str = "layer schemes",
+    extra_specs: Sequence[Any] = (),
+) -> Any:
+    """The `_C.Plan` a job of `workers` and `servers` runs for a front end's `layout`: the
+    specs its workers declare (layer_specs, then `extra_specs`, units of the front end's own
+    such as poseidon.torch's broadcast unit) through `_C.make_plan`, the coordinator's
+    function. `poseidon plan` prints this for a Caffe net and for a torch model alike."""
+    from poseidon import _C
+
+    specs = [*layer_specs(layout, passes, sync, scheme, layer_schemes, what), *extra_specs]
+    return _C.make_plan(specs, workers, servers, force=scheme_choice(scheme))
 
 
 def _mb(x: float) -> str:
@@ -115,7 +136,7 @@ def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
 
     out = [
         f"P1={plan.num_workers} workers, P2={plan.num_servers} shards; MB (1e6 bytes) "
-        "sent+received per node per iteration, fp32 weights (reference §4)",
+        "sent+received per node per iteration, fp32 weights (docs/paper.md §4)",
         line(header),
         line(["-" * w for w in widths]),
         *(line(b) for b in body),

@@ -71,7 +71,7 @@ class NodeThread:
     releases the GIL and returns once every worker has shut down, or raises when the job
     aborts (the workers report that failure themselves, so it is only kept in `error`).
     Rank 0 of a uid job runs the coordinator this way; every worker with a colocated shard
-    (caffe/parallel.py) runs its shard this way."""
+    (caffe/parallel/, poseidon.torch: poseidon/sync/job.py) runs its shard this way."""
 
     def __init__(self, node: _C.Coordinator | _C.KVServer, name: str) -> None:
         self.node = node

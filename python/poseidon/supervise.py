@@ -12,7 +12,7 @@ PR_SET_PDEATHSIG cross ssh; a pipe's EOF does, locally and through ssh's stdin a
 On EOF:
 - a worker gets SIGTERM, which `caffe train` serves as its --sigint_effect (by default: stop
   at an iteration every worker agrees on, rank 0 writes the final snapshot; see
-  caffe/parallel.py, Note [agreed actions]); the coordinator and the shards are left to end
+  caffe/parallel/syncer.py, Note [agreed actions]); the coordinator and the shards are left to end
   by themselves once the workers have shut down;
 - after `--grace` seconds anything still running here is killed (SIGKILL to its process
   group), so every process of the job is gone within that time of losing the launcher.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from google.protobuf import text_format
 
-from caffe.db import open_db_writer
+from caffe.data.db import open_db_writer
 from caffe.proto import caffe_pb2
 
 

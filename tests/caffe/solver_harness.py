@@ -138,7 +138,7 @@ def softmax_gradients(
 
 
 class ReferenceSolver:
-    """One solver type's update written out in numpy (float64) from spec §4.4.
+    """One solver type's update written out in numpy (float64) from docs/caffe_format.md §4.4.
 
     `step(grads, weights, rate)` applies regularization (weight_decay·decay_mult, L2 or
     L1), the rule with lr = rate·lr_mult, and w -= step; it returns the new weights.

@@ -15,8 +15,8 @@ from caffe import draw
 from caffe import layers as L
 from caffe import params as P
 from caffe.errors import CaffeError
+from caffe.formats.proto_io import read_net_param
 from caffe.proto import caffe_pb2
-from caffe.proto_io import read_net_param
 
 LENET = Path(__file__).resolve().parents[2] / "models" / "lenet" / "train_val.prototxt"
 

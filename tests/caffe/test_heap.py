@@ -91,7 +91,7 @@ import caffe
 print(len(calls))
 import poseidon.torch
 print(len(calls))
-from caffe.proto_io import parse_net_text
+from caffe.formats.proto_io import parse_net_text
 text = 'layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 1 } } }'
 caffe.Net(parse_net_text(text))
 print(len(calls))

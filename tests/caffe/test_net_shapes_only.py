@@ -11,7 +11,7 @@ import torch
 
 import caffe
 from caffe.errors import InputShapeError, NetError
-from caffe.sync_layout import sync_layout
+from caffe.parallel.layout import sync_layout
 from tests.caffe.data_fixtures import net_param, write_indexed_db
 
 NET = """
@@ -52,7 +52,7 @@ def test_the_real_nets_shapes_and_no_memory() -> None:
     assert torch.equal(rng, torch.random.get_rng_state())  # no filler drew a number
     assert shapes(net) == shapes(real)
     assert net.layer_param_range == real.layer_param_range
-    # Shared, frozen and axis-2 layers as the real net sees them (caffe/sync_layout.py).
+    # Shared, frozen and axis-2 layers as the real net sees them (caffe/parallel/layout.py).
     assert sync_layout(net) == sync_layout(real)
     assert (
         net.param_data.device.type == "meta" and net.param_data.numel() == real.param_data.numel()

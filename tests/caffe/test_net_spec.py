@@ -1,4 +1,4 @@
-"""caffe.net_spec (pycaffe's NetSpec, layers/L, params/P, to_proto), spec §5.7."""
+"""caffe.net_spec (pycaffe's NetSpec, layers/L, params/P, to_proto), docs/caffe_format.md §5.7."""
 
 from pathlib import Path
 

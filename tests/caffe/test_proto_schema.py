@@ -1,4 +1,4 @@
-"""caffe.proto against the tables of reference/caffe_spec.md §1, through the descriptors.
+"""caffe.proto against the tables of docs/caffe_format.md §1, through the descriptors.
 
 Each row is `name number type [default]`, transcribed from the spec. Type prefixes: `*`
 repeated, `+` repeated and packed, `!` required. A missing default means the proto2 zero value
@@ -163,7 +163,7 @@ SCHEMA: dict[str, str] = {
     "SPPParameter": "pyramid_height 1 uint32 | pool 2 PoolMethod MAX | engine 6 Engine DEFAULT",
 }
 
-# LayerParameter's per-layer fields 102..148 (spec §1.1), with their message types.
+# LayerParameter's per-layer fields 102..148 (docs/caffe_format.md §1.1), with their message types.
 LAYER_PARAMS = """accuracy argmax concat contrastive_loss convolution data dropout dummy_data
     eltwise exp hdf5_data hdf5_output hinge_loss image_data infogain_loss inner_product lrn
     memory_data mvn pooling power relu sigmoid softmax slice tanh threshold window_data python

@@ -1,4 +1,5 @@
-"""Solver construction (spec §4.1): which nets, their states, seeds, weights, checks, mode."""
+"""Solver construction (docs/caffe_format.md §4.1): which nets, their states, seeds, weights,
+checks, mode."""
 
 import os
 
@@ -8,8 +9,8 @@ import pytest
 import caffe
 import caffe.common
 from caffe.errors import SolverError
+from caffe.formats.proto_io import parse_net_text, parse_solver_text
 from caffe.proto import caffe_pb2
-from caffe.proto_io import parse_net_text, parse_solver_text
 from caffe.solvers import solver_type_list
 from tests.caffe.solver_harness import make_solver, net_text, recorded_log, weights, write_solver
 

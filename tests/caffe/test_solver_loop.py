@@ -1,5 +1,6 @@
-"""The training loop's mechanics (spec §4.2): iter_size, clipping, regularization, loss
-smoothing, callbacks, actions, and the update/flush hooks distributed training uses."""
+"""The training loop's mechanics (docs/caffe_format.md §4.2): iter_size, clipping,
+regularization, loss smoothing, callbacks, actions, and the update/flush hooks distributed
+training uses."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
-"""Test passes and display lines (spec §4.2, §7.1, §10 item 8): when tests run, what the
-log says and how numbers are printed."""
+"""Test passes and display lines (docs/caffe_format.md §4.2, §7.1, §10 item 8): when tests
+run, what the log says and how numbers are printed."""
 
 import re
 import time
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import caffe
-from caffe.proto_io import parse_net_text
-from caffe.solver_log import cpp_float
+from caffe.formats.proto_io import parse_net_text
+from caffe.solvers.log import cpp_float
 from tests.caffe.solver_harness import (
     B0,
     W0,

@@ -6,9 +6,9 @@ import shutil
 
 import numpy as np
 
+from caffe.formats.weights_io import read_caffemodel
 from caffe.tools.convert_digits import convert_digits
 from caffe.tools.parse_log import parse_log
-from caffe.weights_io import read_caffemodel
 from tests.caffe.tools.cli_helpers import run_caffe
 from tests.models.zoo import model_file, read_net, require_registered
 

@@ -8,8 +8,8 @@ import shutil
 import numpy as np
 import pytest
 
+from caffe.formats.weights_io import read_caffemodel
 from caffe.tools.convert_digits import convert_digits
-from caffe.weights_io import read_caffemodel
 from tests.caffe.tools.cli_helpers import messages, run_caffe
 from tests.models.zoo import model_file, read_net, require_registered
 

@@ -1,4 +1,4 @@
-"""Each model uses the layers and features that spec §3.2 lists for it."""
+"""Each model uses the layers and features that docs/caffe_format.md §3.2 lists for it."""
 
 import pytest
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from caffe.formats.proto_io import parse_solver_text
 from caffe.proto import caffe_pb2
-from caffe.proto_io import parse_solver_text
 from models.generate import generated_files, stale_files
 from tests.models.zoo import MODEL_NAMES, MODELS_DIR, REPO_ROOT, model_file, read_net
 
@@ -63,7 +63,7 @@ def test_train_val_reads_lmdbs_named_like_caffes_examples(name):
     assert not any(layer.type in ("Data", "SoftmaxWithLoss", "Accuracy") for layer in deploy.layer)
 
 
-# (model, solver file): the values of Caffe's example solvers (spec §4.6).
+# (model, solver file): the values of Caffe's example solvers (docs/caffe_format.md §4.6).
 CANONICAL_SOLVERS = {
     ("lenet", "solver.prototxt"): dict(
         type="SGD",

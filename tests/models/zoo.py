@@ -11,9 +11,9 @@ import pytest
 from google.protobuf import text_format
 
 import caffe
-from caffe.db import open_db_writer
+from caffe.data.db import open_db_writer
+from caffe.formats.proto_io import write_blobproto
 from caffe.proto import caffe_pb2
-from caffe.proto_io import write_blobproto
 from models.generate import ZOO, ZooModel
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

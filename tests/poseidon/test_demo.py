@@ -26,7 +26,7 @@ def test_demo_trains_lenet_to_97_percent(tmp_path):
 def test_prepare_only_writes_the_job_for_another_launcher(tmp_path):
     """`--prepare-only` leaves what a cluster started another way needs (docker/compose.yaml):
     the digits LMDBs, the solver, and the net at batch 64/P1 per worker; it trains nothing."""
-    from caffe.proto_io import read_net_param
+    from caffe.formats.proto_io import read_net_param
 
     directory = tmp_path / "cluster"
     result = subprocess.run(

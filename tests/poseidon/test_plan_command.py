@@ -1,4 +1,4 @@
-"""The plan printer: its core on hand-made specs (the worked table of reference §4), the
+"""The plan printer: its core on hand-made specs (the worked table of docs/paper.md §4), the
 prototxt through the engine, the flags, the README's example (fast and small: the net is
 built shapes-only), and the CLI."""
 
@@ -82,7 +82,7 @@ def test_readme_example_runs_fast_and_small() -> None:
                 if x.startswith("poseidon plan "))  # fmt: skip
     measure = (
         "import resource, sys, time\n"
-        "import caffe.layers, poseidon._C, poseidon.plan, poseidon.plan_net\n"
+        "import caffe.layers, poseidon._C, poseidon.plan, poseidon.commands.plan_net\n"
         "from poseidon.cli import main\n"
         "def peak_mb(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
         "before, start = peak_mb(), time.perf_counter()\n"
@@ -170,3 +170,33 @@ def test_node_commands_report_bad_settings(capsys: pytest.CaptureFixture) -> Non
     assert "token is empty" in capsys.readouterr().err
     assert main(["server", "--rank", "5", "--servers", "2", "--token", "t"]) == 2
     assert "rank=5 for a server" in capsys.readouterr().err
+
+
+def test_a_caffe_net_and_a_torch_model_are_planned_by_the_same_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both front ends hand `poseidon plan` a layout of the core's SyncLayers, and one
+    function of the core plans it (as their syncers declare it: tests/poseidon/
+    test_plan_equals_job.py)."""
+    import poseidon.plan
+    from poseidon.sync.layout import SyncLayer
+
+    calls: list[list] = []
+    plan_layout = poseidon.plan.plan_layout
+
+    def recording(layout, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(list(layout))
+        return plan_layout(layout, *args, **kwargs)
+
+    monkeypatch.setattr(poseidon.plan, "plan_layout", recording)
+    net = tmp_path / "net.prototxt"
+    net.write_text(NET)
+    factory = tmp_path / "factory.py"
+    factory.write_text("from torch import nn\n\ndef build():\n    return nn.Linear(4, 2)\n")
+    assert main(["plan", "--model", str(net), "--workers", "2"]) == 0
+    assert main(["plan", "--torch", f"{factory}:build", "--workers", "2",
+                 "--torch-input", "8,4"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert len(calls) == 2 and all(isinstance(x, SyncLayer) for layout in calls for x in layout)
+    assert [x.name for x in calls[0]] == ["conv1", "fc1", "fc2"]
+    assert [(x.name, x.shape.kind) for x in calls[1]] == [("(root)", "FC")]

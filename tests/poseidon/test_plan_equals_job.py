@@ -1,6 +1,6 @@
-"""What `poseidon plan` prints is the plan the job runs (DESIGN §4), for every zoo model and
-for the cases where a second derivation used to disagree: iter_size > 1, shared weights,
-frozen layers and InnerProduct over axis 2.
+"""What `poseidon plan` prints is the plan the job runs (docs/design.md §4), for every zoo
+model and for the cases where a second derivation used to disagree: iter_size > 1, shared
+weights, frozen layers and InnerProduct over axis 2.
 
 The job's plan is what the coordinator makes (`_C.make_plan`, with the cluster's scheme) of
 the specs PoseidonSync declares. For the small nets a real Solver and PoseidonSync declare
@@ -17,14 +17,16 @@ from pathlib import Path
 import pytest
 
 import caffe
+from caffe.formats.proto_io import read_solver_param
 from caffe.parallel import PoseidonSync
-from caffe.proto_io import read_solver_param
-from caffe.solver_nets import build_train_net
-from caffe.sync_layout import sync_layout
-from poseidon import _C
+from caffe.parallel.layout import sync_layout
+from caffe.solvers.nets import build_train_net
+from poseidon import _C, Config
 from poseidon.cli import main
+from poseidon.commands.plan_net import plan_net
 from poseidon.plan import format_plan, layer_specs, scheme_choice
-from poseidon.plan_net import plan_net
+from poseidon.sync.client import SyncClient
+from poseidon.sync.job import Session
 from tests.models.zoo import MODEL_NAMES, ZOO_BY_NAME, read_net
 
 WORKERS, SERVERS = 8, 4
@@ -51,6 +53,12 @@ class PlanningWorker:
 
     def register_sfb_layer(self, index, floats) -> None:
         pass
+
+
+def attach(solver, worker: PlanningWorker, sync: str = "poseidon", **options) -> PoseidonSync:
+    """A PoseidonSync of `solver` whose client talks to `worker` (no job behind it)."""
+    client = SyncClient(Session(Config(), worker), solver.net.device)
+    return PoseidonSync(solver, client, sync, **options)
 
 
 def printed_plan(capsys: pytest.CaptureFixture, *args: str) -> str:
@@ -133,7 +141,7 @@ def test_small_net_plan_is_the_jobs(case, tmp_path, capsys):
     solver = caffe.get_solver(str(solver_path))
     worker = PlanningWorker(scheme)
     forced = dict(pair.split("=") for pair in schemes.split(",") if pair)
-    PoseidonSync(solver, worker, sync, force_scheme=scheme, layer_schemes=forced)
+    attach(solver, worker, sync, force_scheme=scheme, layer_schemes=forced)
     printed = printed_plan(capsys, "--solver", str(solver_path), "--sync", sync,
                            "--scheme", scheme, "--layer-schemes", schemes)  # fmt: skip
     assert printed == format_plan(worker.plan(worker.declared))
@@ -148,7 +156,7 @@ def test_the_job_declares_layer_specs_of_its_layout(tmp_path):
     net.write_text(text)
     solver = caffe.get_solver(str(write_solver(tmp_path / "solver.prototxt", net, iter_size)))
     worker = PlanningWorker()
-    PoseidonSync(solver, worker, "poseidon", layer_schemes={"fc2": "sfb"})
+    attach(solver, worker, "poseidon", layer_schemes={"fc2": "sfb"})
     expected = layer_specs(sync_layout(solver.net), iter_size, "poseidon", "auto", {"fc2": "sfb"})
     assert [spec_fields(s) for s in worker.declared] == [spec_fields(s) for s in expected]
 

@@ -1,4 +1,4 @@
-"""poseidon.plan_net: the job's train net as the solver builds it, its data layers given
+"""poseidon.commands.plan_net: the job's train net as the solver builds it, its data layers given
 batches and shapes, built shapes-only."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from google.protobuf import text_format
 
 from caffe.proto import caffe_pb2
-from poseidon.plan_net import (
+from poseidon.commands.plan_net import (
     BATCH_SIZE_FIELDS,
     give_batch_size,
     give_input_shapes,

@@ -15,7 +15,7 @@ enum class Role : uint8_t { kCoordinator = 1, kServer = 2, kWorker = 3 };
 // "coordinator", "server", "worker"; "role?" for anything else.
 const char* role_name(Role role);
 
-// Per-layer communication scheme (reference §4).
+// Per-layer communication scheme (docs/paper.md §4).
 enum class Scheme : uint8_t { kPS = 1, kSFB = 2 };
 const char* scheme_name(Scheme scheme);  // "PS" / "SFB"
 
@@ -71,7 +71,7 @@ struct Config {
   int heartbeat_timeout_ms = kDefaultHeartbeatTimeoutMs;
   // An incoming connection must complete the handshake within this time from
   // its accept; its first bytes must come sooner (kFirstBytesTimeoutMs,
-  // acceptor.h), or it is dropped.
+  // internal/acceptor.h), or it is dropped.
   int handshake_timeout_ms = kDefaultHandshakeTimeoutMs;
   int comm_threads = kDefaultCommThreads;  // sender threads per node
   // SO_SNDBUF/SO_RCVBUF in bytes; 0 keeps the kernel's autotuning.

@@ -1,5 +1,5 @@
 #pragma once
-// The cost model of reference §4 (Poseidon, ATC'17): how many numbers one
+// The cost model of docs/paper.md §4 (Poseidon, ATC'17): how many numbers one
 // node sends plus receives per iteration to synchronise one M×N layer, under
 // the sharded parameter server (PS) and under sufficient-factor broadcasting
 // (SFB), and BestScheme, which picks the cheaper one. This file is the only
@@ -37,7 +37,7 @@ CommCost comm_cost(uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2);
 Scheme best_scheme(LayerKind kind, uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2);
 
 // The largest P >= 2 such that best_scheme(FC, m, n, k, P, P) is SFB, i.e.
-// "SFB wins while P <= this" in reference §4; 1 if SFB loses already at 2;
+// "SFB wins while P <= this" in docs/paper.md §4; 1 if SFB loses already at 2;
 // max_p if it still wins there. Uses best_scheme itself, so both agree.
 int64_t sfb_crossover_workers(uint64_t m, uint64_t n, uint64_t k, int64_t max_p = 1 << 20);
 

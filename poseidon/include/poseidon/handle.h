@@ -26,16 +26,9 @@
 // peer one iteration ahead) finishes receiving when it starts sending. A PS
 // op needs neither rule: a shard answers only after reading our push.
 
-#include <condition_variable>
 #include <cstdint>
-#include <exception>
 #include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
-
-#include "poseidon/abort_signal.h"
-#include "poseidon/errors.h"
+#include <utility>
 
 namespace poseidon {
 
@@ -51,85 +44,30 @@ struct HandleTiming {
   int64_t done_ns = 0;
 };
 
-class OpState {
- public:
-  // `what`: "push_pull of layer 3 (fc6) iteration 7". `sources[i]` names the
-  // peer that owes piece i. `sends`: frames to write. `abort`: tripped when
-  // a wait times out (a bulk-synchronous round that missed its deadline
-  // cannot be resumed). `node`: this node, for the failure record.
-  // `piece_noun` labels pieces in messages ("chunks", "factors of rank").
-  OpState(std::string what, uint32_t layer, int64_t iteration, std::string piece_noun,
-          std::vector<std::string> sources, uint64_t sends, std::weak_ptr<AbortSignal> abort,
-          std::string node);
-
-  // Marks piece i arrived. Returns false if it had already arrived.
-  bool piece_done(size_t i);
-  bool is_piece_done(size_t i) const;
-  // A comm thread is about to write one of the op's frames (the first call
-  // sets first_send_ns). Thread-safe, never blocks for long.
-  void send_started();
-  void send_done();
-  // Fails the op (first failure wins; no-op once complete).
-  void fail(const Failure& failure);
-
-  bool complete() const;  // done without error
-  bool finished() const;  // done or failed
-  // Non-blocking: true when complete; throws the failure if failed.
-  bool test() const;
-  // Blocks until complete (returns), failed (throws PeerFailure) or
-  // timeout_ms passes (trips the node's abort and throws TimeoutError).
-  // Thread-safe; several threads may wait.
-  void wait(int timeout_ms);
-
-  uint32_t layer() const { return layer_; }
-  int64_t iteration() const { return iteration_; }
-  const std::string& what() const { return what_; }
-  // "chunks 2,5 from server 1 (...); 1 frame(s) still to write".
-  std::string missing() const;
-  // Non-blocking (a short internal lock), thread-safe.
-  HandleTiming timing() const;
-
- private:
-  void maybe_complete_locked();
-  void throw_failure_locked() const;
-
-  const std::string what_;
-  const uint32_t layer_;
-  const int64_t iteration_;
-  const std::string piece_noun_;
-  const std::vector<std::string> sources_;
-  const std::weak_ptr<AbortSignal> abort_;
-  const std::string node_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<uint8_t> arrived_;
-  size_t pieces_left_;
-  uint64_t sends_left_;
-  bool complete_ = false;
-  bool failed_ = false;
-  Failure failure_;
-  // Raw phase times, ns on steady_clock; timing() derives the reported ones.
-  const int64_t queued_ns_;
-  int64_t first_send_ns_ = 0;
-  int64_t all_in_ns_ = 0;  // when pieces_left_ reached 0
-  int64_t done_ns_ = 0;
-};
+// The operation's state, shared by its handles and the comm threads
+// (internal/op_state.h).
+class OpState;
 
 // What push_pull / allgather return. Cheap to copy; all copies share the op.
+// Every call but valid() needs a valid handle (one that push_pull or
+// allgather returned).
 class Handle {
  public:
   Handle() = default;
   explicit Handle(std::shared_ptr<OpState> state) : state_(std::move(state)) {}
-  // See OpState::wait. Blocks up to timeout_ms. Thread-safe.
-  void wait(int timeout_ms) const { state_->wait(timeout_ms); }
+  // Blocks until the op completes (returns), fails (throws PeerFailure) or
+  // timeout_ms passes (trips this node's abort — a bulk-synchronous round
+  // that missed its deadline cannot be resumed — and throws TimeoutError
+  // naming the pieces still missing). Thread-safe; several threads may wait.
+  void wait(int timeout_ms) const;
   // Non-blocking; true when complete; throws if failed. Thread-safe.
-  bool test() const { return state_->test(); }
+  bool test() const;
   // When the op was queued, started sending, had every reply, completed (ns
   // on steady_clock; 0 = not yet). See Note [handle timing]. Non-blocking,
   // thread-safe.
-  HandleTiming timing() const { return state_->timing(); }
-  uint32_t layer() const { return state_->layer(); }
-  int64_t iteration() const { return state_->iteration(); }
+  HandleTiming timing() const;
+  uint32_t layer() const;
+  int64_t iteration() const;
   bool valid() const { return static_cast<bool>(state_); }
 
  private:

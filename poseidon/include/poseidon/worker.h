@@ -19,25 +19,18 @@
 // pending and later call throws PeerFailure naming the node at the origin,
 // and this worker's own layer and iteration.
 
-#include <condition_variable>
-#include <functional>
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "poseidon/abort_signal.h"
-#include "poseidon/acceptor.h"
 #include "poseidon/config.h"
-#include "poseidon/coordinator_client.h"
-#include "poseidon/counters.h"
-#include "poseidon/data_plane.h"
+#include "poseidon/errors.h"
 #include "poseidon/handle.h"
-#include "poseidon/kv_worker.h"
 #include "poseidon/plan.h"
-#include "poseidon/send_queue.h"
-#include "poseidon/sfb.h"
+#include "poseidon/types.h"
 
 namespace poseidon {
 
@@ -84,14 +77,16 @@ class Worker {
   Handle allgather(uint32_t layer_id, int64_t iteration, const float* send, size_t num_floats);
   // Worker `rank`'s factor from a completed allgather: a view into an
   // internal buffer, valid until this worker calls allgather(layer_id,
-  // iteration + 1) (see sfb.h). Non-blocking, thread-safe.
+  // iteration + 1) (internal/sfb.h, Note [factor slots]). Non-blocking,
+  // thread-safe.
   FactorView factor(uint32_t layer_id, int64_t iteration, int rank) const;
 
   // Blocks until every worker entered the barrier (same names, same order
   // on all workers) or timeout_ms. Thread-safe.
   void barrier(const std::string& name, int timeout_ms);
   // Asks the coordinator for an action (snapshot or stop) that every worker
-  // takes at the same iteration (action_rounds.h, Note [agreed actions]).
+  // takes at the same iteration (internal/action_rounds.h, Note [agreed
+  // actions]).
   // Blocks only for the send. Thread-safe.
   void request_action(ActionKind kind, const std::string& reason);
   // The training loop, at every iteration boundary (`iteration` = updates
@@ -111,55 +106,19 @@ class Worker {
 
   // Payload bytes sent and received so far by layer (every scheme).
   // Thread-safe.
-  std::map<uint32_t, LayerTraffic> traffic() const { return counters_.snapshot(); }
+  std::map<uint32_t, LayerTraffic> traffic() const;
 
-  int rank() const { return config_.rank; }
-  int num_workers() const { return config_.num_workers; }
-  int num_servers() const { return config_.num_servers; }
-  int timeout_ms() const { return config_.timeout_ms; }
-  std::string address() const { return self_.address; }
+  int rank() const;
+  int num_workers() const;
+  int num_servers() const;
+  int timeout_ms() const;
+  std::string address() const;
   // After connect(): listen addresses of all workers and servers by rank.
-  const AddressBook& address_book() const { return book_; }
+  const AddressBook& address_book() const;
 
  private:
-  enum class State { kNew, kConnected, kPlanned, kShutDown };
-  std::string admit(const NodeId& id);
-  void on_peer(std::unique_ptr<Connection> conn, const NodeId& id);
-  // Wraps a handshaken connection to `id` in a Peer, puts it in its data-plane
-  // slot (running `also` under the same lock) and starts its reader; false
-  // (the connection dropped) if the slot is taken or the worker closed.
-  bool adopt(std::unique_ptr<Connection> conn, const NodeId& id,
-             const std::function<void()>& also = nullptr);
-  void on_frame(Peer& peer, const FrameHeader& h);
-  void on_closed(Peer& peer, const std::string& reason, bool clean);
-  void on_abort(const Failure& f);
-  // The shard of this process may no longer use our ranges; waits for the
-  // uses in progress until `deadline` (colocated.h, Note [lending]).
-  void revoke_loans(Deadline deadline);
-  bool wait_planned();
-  std::string pending() const;
-  void require(State at_least, const std::string& call) const;
-  void close_all(bool graceful);
-
-  const Config config_;
-  std::unique_ptr<Transport> transport_;
-  NodeId self_;
-  std::shared_ptr<AbortSignal> abort_;
-  CounterTable counters_;
-  std::unique_ptr<SendQueue> queue_;
-  std::unique_ptr<CoordinatorClient> coord_;
-  std::unique_ptr<Acceptor> acceptor_;
-  AddressBook book_;
-  DataPlane plane_;
-  std::unique_ptr<KVWorker> kv_;
-  std::unique_ptr<SFBroadcaster> sfb_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  State state_ = State::kNew;
-  bool shutting_down_ = false;
-  bool closed_ = false;
-  std::vector<std::shared_ptr<Peer>> all_peers_;  // every link, joined at close
+  class Impl;  // worker.cc
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace poseidon

@@ -53,8 +53,8 @@ def models_dir() -> str:
 
 def prepare(directory: str, workers: int) -> None:
     """Digits LMDBs (once) and the LeNet solver/net with batch 64/P1 per worker."""
+    from caffe.formats.proto_io import read_net_param, write_text
     from caffe.proto import caffe_pb2
-    from caffe.proto_io import read_net_param, write_text
     from caffe.tools.convert_digits import convert_digits
 
     os.makedirs(directory, exist_ok=True)

@@ -1,6 +1,6 @@
 """Print the communication plan of a job: for every synchronised layer its M×N weight and K,
 the bytes one node sends and receives per iteration under the parameter server (PS) and
-under sufficient-factor broadcasting (SFB), and the scheme (reference §4; only FC layers can
+under sufficient-factor broadcasting (SFB), and the scheme (docs/paper.md §4; only FC layers can
 use SFB). It is the plan the job runs, by construction: the specs come from
 poseidon.plan.layer_specs, which PoseidonSync declares too, and the plan from _C.make_plan,
 which the coordinator runs on them.
@@ -50,12 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from caffe.errors import CaffeError, InputShapeError
-    from caffe.sync_layout import sync_layout
-    from poseidon import _C
+    from caffe.parallel.layout import sync_layout
     from poseidon.commands._common import fail
+    from poseidon.commands.plan_net import parse_input_shapes, plan_net
     from poseidon.config import SettingError, parse_layer_schemes
-    from poseidon.plan import format_plan, layer_specs, scheme_choice
-    from poseidon.plan_net import parse_input_shapes, plan_net
+    from poseidon.plan import format_plan, plan_layout
 
     servers = args.servers or args.workers
     if args.torch and (args.model or args.solver):
@@ -83,27 +82,35 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, CaffeError) as e:
         return fail("plan", f"cannot load {what}: {e}")
     try:
-        specs = layer_specs(sync_layout(target.net), target.iter_size, args.sync, args.scheme,
-                            forced, what="--layer-schemes")  # fmt: skip
+        plan = plan_layout(sync_layout(target.net), args.workers, servers, target.iter_size,
+                           args.sync, args.scheme, forced, what="--layer-schemes")  # fmt: skip
     except ValueError as e:
         return fail("plan", e)
-    plan = _C.make_plan(specs, args.workers, servers, force=scheme_choice(args.scheme))
     print(format_plan(plan))
     return 0
 
 
 def _plan_torch(args: argparse.Namespace, servers: int, forced: dict[str, str]) -> int:
-    from poseidon import _C
+    """The plan poseidon.torch.DistributedDataParallel(model) makes when its first forward
+    gets the example inputs: K from a copy of the model, as there."""
     from poseidon.commands._common import fail
-    from poseidon.plan import scheme_choice
-    from poseidon.torch.plan import format_torch_plan, model_and_inputs, plan_specs
-    from poseidon.torch.units import RowsUnknownError
+    from poseidon.plan import plan_layout
+    from poseidon.torch.plan import broadcast_spec, format_torch_plan, model_and_inputs
+    from poseidon.torch.units import (
+        RowsUnknownError,
+        measure_linear_rows,
+        sync_units,
+        unit_layout,
+    )
 
     try:
         model, inputs = model_and_inputs(args.torch, args.torch_input, args.batch)
-        specs = plan_specs(model, inputs, args.iter_size or 1, args.sync, args.scheme, forced)
+        units = sync_units(model)
+        rows = measure_linear_rows(model, units, inputs, {})
+        plan = plan_layout(unit_layout(units, rows), args.workers, servers, args.iter_size or 1,
+                           args.sync, args.scheme, forced, what="layer_schemes",
+                           extra_specs=[broadcast_spec(model, units)])  # fmt: skip
     except (ValueError, ImportError, OSError, RowsUnknownError) as e:
         return fail("plan", e)
-    plan = _C.make_plan(specs, args.workers, servers, force=scheme_choice(args.scheme))
     print(format_torch_plan(plan))
     return 0

@@ -47,10 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from poseidon.commands._common import fail
     from poseidon.experiments.emulation import TCP_GOODPUT_TBF
     from poseidon.experiments.experiment import check_profile
-    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Link, predict
+    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Link
     from poseidon.experiments.report import Cell, Results, write_outputs
     from poseidon.experiments.resolve import resolve_model, resolve_profile
-    from poseidon.experiments.tune import format_layer_schemes
+    from poseidon.experiments.tune import format_layer_schemes, predict
     from poseidon.experiments.units import parse_bandwidth, parse_list, parse_nodes
 
     try:

@@ -79,7 +79,7 @@ def _check_arguments(args: argparse.Namespace) -> str:
 def _measure(args: argparse.Namespace) -> Any:
     from caffe.errors import CaffeError
     from poseidon.commands._common import fail
-    from poseidon.experiments.profile_measure import measure_profile
+    from poseidon.experiments.measure import measure_profile
     from poseidon.experiments.resolve import resolve_model
 
     try:

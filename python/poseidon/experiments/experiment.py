@@ -105,7 +105,7 @@ class ExperimentRequest:
             profile_path = resolve_profile(args.profile, label)
             profile, batch = check_profile(profile_path, prototxt, args.batch)
         elif batch is None:
-            from caffe.proto_io import read_net_param
+            from caffe.formats.proto_io import read_net_param
             from poseidon.experiments.netspec import data_batch
 
             batch = data_batch(read_net_param(prototxt), prototxt)
@@ -163,7 +163,7 @@ def _read_hosts(path: str, needed: int) -> list[str]:
 
 def check_profile(path: str, prototxt: str, batch: int | None):  # type: ignore[no-untyped-def]
     """The profile, read and checked against the net (layer names, batch)."""
-    from caffe.proto_io import read_net_param
+    from caffe.formats.proto_io import read_net_param
     from poseidon.experiments.netspec import set_batch
     from poseidon.experiments.profile import load_profile
     from poseidon.experiments.replay import train_net

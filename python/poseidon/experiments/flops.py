@@ -14,6 +14,14 @@ FLOPs: a multiply-add counts 2.
   sum (one add per output element).
 - InnerProduct (M rows, N outputs, K inputs): forward 2MNK + MN (bias); backward dX 2MNK
   and dW 2MNK, and MN for the bias sum, each only where needed.
+- Pooling: the window's elements per output element forward; backward 1 per output
+  element (MAX: to the winner) or the window (AVE). LRN: local_size (local_size² within a
+  channel) + 5 per element forward, twice that + 6 backward. Eltwise: one FLOP per bottom
+  element forward; backward one per needed bottom element (PROD: two). Split: backward sums
+  its top diffs, (tops - 1) adds per element.
+  These layers count their own (`Layer.flops`, in each layer's module: the layer's fields
+  stay the layer's), as each says whether its backward reads its input
+  (`Layer.backward_reads_input`).
 - Everything else: a few FLOPs per element, from ELEMENTWISE below (per top element in
   forward, per bottom element in backward, unless the row says otherwise). A layer that
   needs no backward (the net pruned it) has no backward FLOPs or bytes.
@@ -30,7 +38,6 @@ Reshape, and Split's forward) move nothing; data layers write their tops.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,17 +76,12 @@ ELEMENTWISE: dict[str, tuple[float, float, str]] = {
     "Slice": (0, 0, "top"),
     "Silence": (0, 0, "top"),
 }
-# Pooling: (kernel area) per output element forward; backward 1 (MAX: to the winner) or
-# (kernel area) (AVE) per output element. LRN across channels: local_size + 5 per element
-# forward, 2·local_size + 6 backward (local_size² for WITHIN_CHANNEL). Eltwise: one FLOP per
-# bottom element forward (SUM with coefficients, PROD, MAX); backward one per needed bottom
-# element (PROD: two). Split: backward sums its top diffs, (tops - 1) adds per element.
+# Convolution, Deconvolution, InnerProduct, Pooling, LRN, Eltwise and Split count their own
+# FLOPs from their GEMM or window (Layer.flops, in each layer's module).
 DATA_TYPES = frozenset(
     {"Data", "DummyData", "Input", "ImageData", "WindowData", "HDF5Data", "MemoryData"}
 )
 VIEW_TYPES = frozenset({"Flatten", "Reshape"})
-# Layers whose backward does not read their input's data.
-NO_INPUT_IN_BACKWARD = frozenset({"Split", "Concat", "Slice", "Dropout", "Silence"})
 
 
 @dataclass(frozen=True)
@@ -129,65 +131,17 @@ def _flops(
     bottom_need: list[bool],
     param_need: list[bool],
 ) -> tuple[float, float]:
-    top_elements = _elements(tops)
-    if kind in ("Convolution", "Deconvolution"):
-        return _conv_flops(layer, kind, bottoms, tops, bottom_need, param_need)
-    if kind == "InnerProduct":
-        m, n, k = layer.M, layer.num_output, layer.K
-        gemm = 2.0 * m * n * k
-        bias = m * n if layer.bias_term else 0
-        backward = (gemm if bottom_need[0] else 0) + (gemm if param_need[0] else 0)
-        if layer.bias_term and param_need[1]:
-            backward += bias
-        return gemm + bias, backward
     if kind in DATA_TYPES or kind in VIEW_TYPES:
         return 0.0, 0.0
-    if kind == "Pooling":
-        area = math.prod(layer.kernel)
-        backward_per = 1 if layer.method == 0 else area  # MAX routes to the winner
-        out = tops[0].count
-        return area * out, backward_per * out if bottom_need[0] else 0
-    if kind == "LRN":
-        window = layer.size if layer.across else layer.size**2
-        count = tops[0].count
-        return (window + 5) * count, (2 * window + 6) * count if bottom_need[0] else 0
-    if kind == "Eltwise":
-        per_bottom = 2 if layer.op == 0 else 1  # PROD's gradient divides or re-multiplies
-        backward = sum(per_bottom * b.count for b, need in zip(bottoms, bottom_need) if need)
-        return _elements(bottoms), backward
-    if kind == "Split":
-        return 0.0, (len(tops) - 1) * bottoms[0].count if bottom_need[0] else 0
+    counted = layer.flops(bottoms, tops, bottom_need, param_need)
+    if counted is not None:  # the layer counts its own GEMM or window (Layer.flops)
+        return counted
     row = ELEMENTWISE.get(kind)
     if row is None:  # unknown: the elements-based default
-        return top_elements, _elements([b for b, need in zip(bottoms, bottom_need) if need])
+        return _elements(tops), _elements([b for b, need in zip(bottoms, bottom_need) if need])
     forward_per, backward_per, basis = row
-    elements = top_elements if basis == "top" else (bottoms[0].count if bottoms else 0)
+    elements = _elements(tops) if basis == "top" else (bottoms[0].count if bottoms else 0)
     return forward_per * elements, backward_per * elements
-
-
-def _conv_flops(
-    layer: Any,
-    kind: str,
-    bottoms: Sequence[Any],
-    tops: Sequence[Any],
-    bottom_need: list[bool],
-    param_need: list[bool],
-) -> tuple[float, float]:
-    weight_count = layer.blobs[0].count
-    forward = backward = 0.0
-    for bottom, top, need_dx in zip(bottoms, tops, bottom_need):
-        if kind == "Convolution":
-            # Every output element is a dot product over (Cin/group)·kernel volume inputs.
-            gemm = 2.0 * top.count * (weight_count // layer.num_output)
-        else:
-            # Every input element is scattered to (Cout/group)·kernel volume outputs.
-            gemm = 2.0 * bottom.count * (weight_count // layer.channels)
-        bias = top.count if layer.bias_term else 0
-        forward += gemm + bias
-        backward += (gemm if need_dx else 0) + (gemm if param_need[0] else 0)
-        if layer.bias_term and param_need[1]:
-            backward += bias
-    return forward, backward
 
 
 # ----- bytes ------------------------------------------------------------------------------
@@ -211,7 +165,7 @@ def _bytes(
     if not backward:
         return FLOAT_BYTES * forward, 0.0
     needed_bottoms = _elements([b for b, need in zip(bottoms, bottom_need) if need])
-    reads_input = not (kind in NO_INPUT_IN_BACKWARD or (kind == "Eltwise" and layer.op == 1))
+    reads_input = layer.backward_reads_input()
     grad_params = sum(blob.count for blob, need in zip(layer.blobs, param_need) if need)
     back = top_elements + needed_bottoms + 2 * grad_params
     if reads_input:

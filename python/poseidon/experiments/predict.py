@@ -22,7 +22,7 @@ layout), every node alike:
 - WFBP: a layer's sync starts when its backward ends and must be complete (and, for SFB,
   rebuilt) before its forward in the next iteration. ps-nooverlap sends every layer after
   the whole backward and waits for all before updating. allreduce is DDP's: buckets of
-  consecutive layers (caffe/allreduce_sync.py's layout), each a ring all-reduce of
+  consecutive layers (caffe/parallel/allreduce.py's layout), each a ring all-reduce of
   2·(P−1)/P of its bytes per node, one after the other as backward produces them; the
   update waits for the last.
 
@@ -33,7 +33,7 @@ next forward), so one backward pass and the forward that follows are one period.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from poseidon.config import SYNC_MODES
@@ -42,7 +42,7 @@ from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink
 
 MODES = SYNC_MODES
 TUNED = "poseidon-tuned"  # Poseidon with per-layer schemes chosen by time (tune.py)
-FRAME_HEADER_BYTES = 48  # poseidon/include/poseidon/frame.h
+FRAME_HEADER_BYTES = 48  # poseidon/include/poseidon/internal/frame.h
 # TCP payload per Ethernet frame on the wire (MTU 1500, TCP timestamps; the preamble,
 # inter-frame gap and FCS count), with its share of the delayed ACKs (a 90-byte frame per
 # two segments) a link loaded both ways carries too: what a real 10 GbE link delivers.
@@ -94,12 +94,9 @@ def _planned_layers(
     layer_schemes: dict[str, str] | None = None,
 ) -> list[_SyncedLayer]:
     from poseidon import _C
-    from poseidon.experiments.buckets import profile_sync_layers
-    from poseidon.plan import layer_specs
+    from poseidon.experiments.profile_layout import profile_plan
 
-    # The profile was measured at iter_size 1; its rows are an iteration's.
-    specs = layer_specs(profile_sync_layers(profile), 1, mode, "auto", layer_schemes)
-    plan = _C.make_plan(specs, nodes, nodes, chunk_bytes)
+    plan = profile_plan(profile, mode, nodes, chunk_bytes, layer_schemes)
     out = []
     for lp in plan.layers:
         layer = profile.layers[lp.layer_id]
@@ -299,7 +296,7 @@ def _allreduce(
     """DDP: each bucket's ring all-reduce starts when its last layer's backward is done
     and the previous bucket's all-reduce is; 2(P-1) steps of 1/P of the bucket each."""
     if buckets is None:
-        from poseidon.experiments.buckets import ddp_buckets
+        from poseidon.experiments.profile_layout import ddp_buckets
 
         buckets = ddp_buckets
     done: dict[int, float] = {}
@@ -313,25 +310,3 @@ def _allreduce(
         sent += volume
         done[min(layer_indices)] = free
     return done, sent
-
-
-def predict(
-    profile: Profile,
-    modes: Sequence[str],
-    nodes: Sequence[int],
-    link: Link,
-    chunk_bytes: int = 1 << 20,
-) -> list[CellPrediction]:
-    """Every (mode, node count) cell; mode "poseidon-tuned" is Poseidon with the per-layer
-    schemes poseidon/experiments/tune.py finds for that cell."""
-    from poseidon.experiments.tune import tune_layer_schemes
-
-    cells = []
-    for mode in modes:
-        for p in nodes:
-            if mode == TUNED:
-                cell, _ = tune_layer_schemes(profile, p, link, chunk_bytes)
-            else:
-                cell = predict_cell(profile, mode, p, link, chunk_bytes)
-            cells.append(cell)
-    return cells

@@ -2,7 +2,7 @@
 
 A profile is what the compute replay (`poseidon experiment --emulate`) spends per layer and
 what the predictor (`poseidon predict`) schedules; it also records how every synchronised
-layer looks to the communication cost model (caffe/sync_layout.py), so that neither needs
+layer looks to the communication cost model (caffe/parallel/layout.py), so that neither needs
 to build the net to know what a layer sends. Profiles are measured (`poseidon profile`) or
 derived from a published single-device time (poseidon/experiments/profile_derive.py); the
 file says which, and from what.
@@ -59,7 +59,7 @@ class ProfileError(ValueError):
 
 @dataclass
 class SyncShape:
-    """A synchronised layer as the cost model sees it (caffe.sync_layout.SyncLayer)."""
+    """A synchronised layer as the cost model sees it (poseidon.sync.layout.SyncLayer)."""
 
     kind: str
     m: int

@@ -5,7 +5,7 @@ not measured: each layer's share of the whole is a roofline estimate on the targ
 max(FLOPs / peak FLOP/s, bytes / memory bandwidth) over the layer's forward + backward
 (FLOPs and bytes from flops.py, carried by the base profile), and one factor scales every
 layer so that the whole forward+backward equals a published single-GPU time of the same
-model (reference experiments.md §1). Nothing is fitted to the paper's scaling results.
+model (docs/published_times.md §1). Nothing is fitted to the paper's scaling results.
 
 Adding a GPU is a row in TARGETS and a row per model in PUBLISHED_TIMES.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from poseidon.experiments.flops import DATA_TYPES
 from poseidon.experiments.profile import LayerProfile, Profile, SfbTiming, rebuild_flops
 
-EXPERIMENTS_MD = "reference/experiments.md §1"
+EXPERIMENTS_MD = "docs/published_times.md §1"
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class PublishedTime:
     the base profile's FLOPs at the effective FLOP rate of that row (seconds is unused)."""
 
     profile_batch: int  # the batch of the derived profile and of its base profile
-    source: str  # the exact line(s) of reference/experiments.md §1
+    source: str  # the exact line(s) of docs/published_times.md §1
     software: str
     why: str
     seconds: float = 0.0

@@ -1,13 +1,14 @@
-"""Measure a compute profile with the engine (`poseidon profile --model M -o P.json`).
+"""How a compute profile is measured with the engine: the pieces that measure.py puts
+together (`poseidon profile --model M -o P.json`).
 
 The TRAIN net is built by caffe, optionally at another batch, and timed layer by layer with
-the loop of `caffe time` (caffe/layer_timing.py): `warmup` untimed iterations, then
+the loop of `caffe time` (caffe/tools/layer_timing.py): `warmup` untimed iterations, then
 `iterations` timed ones; each layer's forward and backward time is the median over them.
 For every InnerProduct layer whose weight learns, the part of backward that
 sufficient-factor broadcasting skips (the dW GEMM and the bias sum, on the layer's real
 top diff and input) is timed too, and the rate of the rebuild GEMM at K·P rows for
 P = 1, 2, 4 ... 64 workers. FLOPs and bytes come from flops.py, sync shapes from
-caffe.sync_layout (the syncer's own derivation).
+caffe.parallel.layout (the syncer's own derivation).
 
 With copies > 1, that many processes measure at the same time (each with `threads`
 threads) and their samples are pooled: the compute of one emulated node when that many
@@ -16,7 +17,6 @@ emulated nodes share this machine's cores.
 
 from __future__ import annotations
 
-import datetime
 import importlib.metadata
 import logging
 import os
@@ -42,7 +42,7 @@ GEMM_PROBE_LIMIT_S = 2.0
 def build_net(path: str, batch: int | None = None) -> Any:
     """The TRAIN net of `path` (at `batch`), built quietly on the engine's current device."""
     import caffe
-    from caffe.proto_io import read_net_param
+    from caffe.formats.proto_io import read_net_param
 
     param = read_net_param(path)
     param.state.phase = caffe.TRAIN
@@ -163,7 +163,7 @@ def _update_samples(net: Any, iterations: int) -> dict[int, list[float]]:
 
 def sfb_layers(net: Any) -> list[int]:
     """The synchronised InnerProduct layers whose weight learns: those SFB could serve."""
-    from caffe.sync_layout import sync_layout
+    from caffe.parallel.layout import sync_layout
 
     return [
         s.index
@@ -178,7 +178,7 @@ def collect_samples(
     net: Any, iterations: int, warmup: int, ready: Callable[[], None] | None = None
 ) -> Samples:
     """Warm up, call `ready()` (copies start together there), then time."""
-    from caffe.layer_timing import time_layers
+    from caffe.tools.layer_timing import time_layers
 
     time_layers(net, warmup)
     if ready is not None:
@@ -200,7 +200,7 @@ def collect_samples(
 # ----- the profile ----------------------------------------------------------------------------
 def describe_layers(net: Any) -> list[LayerProfile]:
     """Every layer with what does not need a clock: FLOPs, bytes, blobs, sync shape."""
-    from caffe.sync_layout import sync_layout
+    from caffe.parallel.layout import sync_layout
 
     synced = {s.index: s for s in sync_layout(net)}
     lr_mults: dict[int, list[float]] = {}
@@ -305,45 +305,6 @@ def choose_device(device: str) -> None:
         caffe.set_mode_cpu()
     else:
         raise ValueError(f"device {device!r}: want cpu or cuda")
-
-
-def measure_profile(
-    prototxt_path: str,
-    *,
-    batch: int | None = None,
-    device: str = "cpu",
-    iterations: int = 5,
-    warmup: int = 1,
-    threads: int | None = None,
-    model: str | None = None,
-    copies: int = 1,
-) -> Profile:
-    """Measure `prototxt_path`'s TRAIN net; see the module docstring."""
-    import torch
-
-    if iterations < 1 or warmup < 0 or copies < 1 or (threads is not None and threads < 1):
-        raise ValueError("want iterations >= 1, warmup >= 0, copies >= 1 and threads >= 1")
-    choose_device(device)
-    if copies > 1:
-        from poseidon.experiments.profile_copies import measure_copies
-
-        profile, samples = measure_copies(prototxt_path, batch, device, iterations, warmup,
-                                          threads, copies)  # fmt: skip
-    else:
-        previous_threads = torch.get_num_threads()
-        if threads is not None:
-            torch.set_num_threads(threads)
-        try:
-            net = build_net(prototxt_path, batch)
-            profile = skeleton(net, prototxt_path, device)
-            samples = collect_samples(net, iterations, warmup)
-        finally:
-            torch.set_num_threads(previous_threads)
-    apply_samples(profile, samples)
-    profile.model = model or model_label(prototxt_path)
-    profile.measurement = {"iterations": iterations, "warmup": warmup, "statistic": "median",
-                           "copies": copies, "date": datetime.date.today().isoformat()}  # fmt: skip
-    return profile
 
 
 def skeleton(net: Any, prototxt_path: str, device: str) -> Profile:

@@ -4,9 +4,9 @@ computing, in front of the real synchronisation path.
 `replay_net_param(net_param, profile, byte_scale)` turns the TRAIN net of a prototxt into a
 net of the same layers, names, bottoms, tops, parameter specs and loss weights, each a
 `ReplayLayer` (a pycaffe Python layer, so the engine builds it like any other). The Net,
-the Solver, `caffe/parallel.py`'s PoseidonSync (WFBP hooks, the HybComm plan, the C++ KV
+the Solver, `caffe/parallel/syncer.py`'s PoseidonSync (WFBP hooks, the HybComm plan, the C++ KV
 store and SFB all-gather) and the DDP-style all-reduce run unchanged on top: only the
-arithmetic is gone. DESIGN §4: simulated compute, real communication.
+arithmetic is gone. docs/design.md §4: simulated compute, real communication.
 
 What a ReplayLayer does:
 - forward and backward sleep the profile's time on the process's device clock
@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from caffe.common import solver_rank
@@ -40,11 +38,11 @@ from caffe.layer import Layer, layer_class
 from caffe.net_filter import filter_net
 from caffe.proto import caffe_pb2
 from caffe.solvers.sgd import SGDSolver
-from caffe.sync_layout import CommShape
 from caffe.training_hooks import HookSlot
 from poseidon.experiments.clock import device_clock
 from poseidon.experiments.netspec import data_batch
 from poseidon.experiments.profile import Profile, ProfileError, SfbTiming
+from poseidon.sync.layout import CommShape
 
 MODULE = "poseidon.experiments.replay"
 
@@ -128,7 +126,7 @@ def replay_net_param(
 class ReplayLayer(Layer):
     """One profiled layer, replayed (see the module's docstring)."""
 
-    # Set by caffe/parallel.py for SFB layers, as InnerProduct's (caffe/training_hooks.py).
+    # Set by caffe/parallel/syncer.py for SFB layers, as InnerProduct's (caffe/training_hooks.py).
     sufficient_factor_sink: HookSlot = HookSlot()
 
     def __init__(self, layer_param: caffe_pb2.LayerParameter | None = None) -> None:
@@ -159,13 +157,13 @@ class ReplayLayer(Layer):
         return self.replayed_type
 
     # ----- the comm core's view: the real shapes -------------------------------------------
-    def comm_shape(self, bottom) -> CommShape:
+    def comm_shape(self, bottom) -> tuple[str, int, int, int]:
         if self.shape is None:
             raise self.error(
                 "the profile has no sync shape for this layer, but the net synchronises it "
                 "(profile and net disagree on its lr_mult)"
             )
-        return self.shape
+        return (self.shape.kind, self.shape.m, self.shape.n, self.shape.rows)
 
     def factor_widths(self) -> tuple[int, int]:
         outputs, inputs = self._fc_dims()
@@ -215,17 +213,18 @@ class ReplayLayer(Layer):
             )
         return self._factors
 
-    def add_factor_gradients(self, factors: Sequence[np.ndarray], scale: float) -> None:
+    def add_factor_gradients(self, dy: torch.Tensor, x: torch.Tensor, scale: float) -> None:
         """Charge the rebuild GEMM for every worker's rows; leave the same diff everywhere."""
         outputs, inputs = self._fc_dims()
-        width = sum(self.factor_widths())
-        rows = sum(buffer.size // width for buffer in factors)
+        rows = dy.shape[0]
         if self.sfb is None:
             raise self.error("the profile has no GEMM rate for the SFB rebuild of this layer")
         device_clock().spend(self.sfb.rebuild_s(outputs, inputs, rows))
-        # Each worker's factors are filled with rank + 1: their mean is what every worker
-        # must end with, and it differs from any one worker's own if the all-gather failed.
-        mean = scale * sum(float(buffer[0]) for buffer in factors if buffer.size)
+        # Each worker's factors are filled with rank + 1, all workers with the same rows:
+        # the mean is what every worker must end with, and it differs from any one worker's
+        # own if the all-gather failed.
+        per_worker = self.shape.rows if self.shape is not None else 1
+        mean = scale * float(dy[:, 0].sum()) / max(1, per_worker)
         for blob, needed in zip(self.blobs, self.param_propagate_down):
             if needed and blob.count:
                 blob.diff_tensor.view(-1)[:1].add_(mean)

@@ -1,6 +1,6 @@
 """Poseidon with its plan chosen by time, not bytes: `poseidon-tuned`.
 
-BestScheme (reference §4) picks, for each FC layer, whichever of the PS and sufficient
+BestScheme (docs/paper.md §4) picks, for each FC layer, whichever of the PS and sufficient
 factors moves fewer bytes. Bytes are not time: SFB's rebuild GEMM costs every node
 2·M·N·K·P FLOPs each iteration, growing with the cluster, while a PS round's bytes cost
 nothing when they hide behind the backward and forward passes (WFBP). With fast links the
@@ -18,10 +18,12 @@ runs and checks.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import replace
 
 from poseidon.experiments.predict import TUNED, CellPrediction, Link, predict_cell
 from poseidon.experiments.profile import Profile
+from poseidon.experiments.profile_layout import profile_plan
 
 EXHAUSTIVE_UP_TO = 6  # FC layers: 2^6 predictions at most
 # Plans are compared on a link this much slower than the fluid model's. Where the link is
@@ -30,7 +32,7 @@ EXHAUSTIVE_UP_TO = 6  # FC layers: 2^6 predictions at most
 # not): it read VGG19-22K within 1% at 5-10 GbE with Poseidon's plan (link busy 35-65%),
 # 4.6% fast for WFBP at 20 GbE (73%), and the plan that moved fc7 and fc8 to the PS on
 # 10 GbE (83%), predicted 1-2% faster than BestScheme's, ran 8-13% slower
-# (docs/experiments.md, §6.7). A plan must still win with 30% of the link lost.
+# (docs/experiments.md §6.7). A plan must still win with 30% of the link lost.
 TUNE_LINK_SHARE = 0.7
 
 
@@ -77,12 +79,33 @@ def tune_layer_schemes(
 
 def _schemes_chosen(profile: Profile, nodes: int, chunk_bytes: int) -> dict[str, str]:
     """BestScheme's choice ("ps" or "sfb") for every synchronised layer."""
-    from poseidon.experiments.predict import _planned_layers
+    from poseidon import _C
 
-    planned = _planned_layers(profile, "poseidon", nodes, chunk_bytes)
-    return {profile.layers[s.index].name: s.scheme.lower() for s in planned}
+    plan = profile_plan(profile, "poseidon", nodes, chunk_bytes)
+    return {profile.layers[lp.layer_id].name: "sfb" if lp.scheme == _C.Scheme.SFB else "ps"
+            for lp in plan.layers}  # fmt: skip
 
 
 def format_layer_schemes(schemes: dict[str, str]) -> str:
     """The POSEIDON_LAYER_SCHEMES value: 'fc7=ps,fc8=ps' ('' for BestScheme's own plan)."""
     return ",".join(f"{name}={scheme}" for name, scheme in sorted(schemes.items()))
+
+
+def predict(
+    profile: Profile,
+    modes: Sequence[str],
+    nodes: Sequence[int],
+    link: Link,
+    chunk_bytes: int = 1 << 20,
+) -> list[CellPrediction]:
+    """Every (mode, node count) cell; mode "poseidon-tuned" is Poseidon with the per-layer
+    schemes tune_layer_schemes finds for that cell."""
+    cells = []
+    for mode in modes:
+        for p in nodes:
+            if mode == TUNED:
+                cell, _ = tune_layer_schemes(profile, p, link, chunk_bytes)
+            else:
+                cell = predict_cell(profile, mode, p, link, chunk_bytes)
+            cells.append(cell)
+    return cells

@@ -5,7 +5,7 @@ SFB factors) and its shard's (the sums it returns). Each is the comm core's Send
 priority queue of frames (older iteration, lower layer, earlier chunk first) served by
 `threads` sender threads, a frame going out whole once a thread has taken it
 (TCP_NOTSENT_LOWAT keeps the socket from holding more than the frame being written, so
-priorities act at frame boundaries: send_queue.h, Note [send priority]), and a thread
+priorities act at frame boundaries: internal/send_queue.h, Note [send priority]), and a thread
 takes the first frame whose peer no other thread of its queue is writing to — so when the
 most urgent frames all go to a busy peer, a less urgent one to another peer goes first. The
 frames in flight share the link as TCP connections do: the two queues evenly while both send, the

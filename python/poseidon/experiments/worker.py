@@ -65,7 +65,7 @@ def solver_parameter(net: Any, device: str) -> Any:
 
 
 def build_net_param(args: argparse.Namespace) -> Any:
-    from caffe.proto_io import read_net_param
+    from caffe.formats.proto_io import read_net_param
     from poseidon.experiments.netspec import set_batch
 
     net = read_net_param(args.model)
@@ -83,13 +83,6 @@ def build_net_param(args: argparse.Namespace) -> Any:
     # [device clock]). A GPU's queue hides host work up to the clock's slack.
     configure(args.dilation, host_is_device=profile.device.get("kind") == "cpu")
     return replay_net_param(net, profile, args.byte_scale, args.model)
-
-
-def barrier(sync: Any, name: str) -> None:
-    if hasattr(sync, "worker"):
-        sync.worker.barrier(name)
-    else:
-        sync.barrier(name)
 
 
 def traffic_bytes(sync: Any) -> tuple[int, int]:
@@ -122,13 +115,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     error: BaseException | None = None
     try:
         solver.step(args.warmup)
-        barrier(sync, "timed")
+        sync.barrier("timed")
         sent0, received0 = traffic_bytes(sync)
         clock = device_clock()
         late0, charged0 = clock.stats.late_s, clock.stats.charged_s
         start, cpu_start = time.perf_counter(), time.process_time()
         solver.step(args.iterations)
-        barrier(sync, "done")
+        sync.barrier("done")
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu_start
         sent, received = traffic_bytes(sync)

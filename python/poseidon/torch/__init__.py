@@ -7,7 +7,7 @@ any torch.nn model, as a drop-in beside torch.nn.parallel.DistributedDataParalle
 Run with `poseidon launch -n 4 -- python train.py` or `torchrun --nproc-per-node 4 train.py`
 (docs/pytorch.md)."""
 
+from poseidon.sync.job import JoinError
 from poseidon.torch.ddp import DistributedDataParallel
-from poseidon.torch.session import JoinError
 
 __all__ = ["DistributedDataParallel", "JoinError"]

@@ -33,7 +33,6 @@ import functools
 import sys
 import weakref
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -43,8 +42,10 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from poseidon import _C
 from poseidon.config import PLAN_SYNC_MODES
 from poseidon.failures import naming_the_process
+from poseidon.sync.broadcast import Broadcaster
+from poseidon.sync.client import SyncClient
+from poseidon.sync.job import join
 from poseidon.timeline import Timeline
-from poseidon.torch.broadcast import Broadcaster
 from poseidon.torch.factor_capture import LinearCapture
 from poseidon.torch.plan import (
     broadcast_floats,
@@ -52,9 +53,8 @@ from poseidon.torch.plan import (
     state_tensors,
     torch_layer_specs,
 )
-from poseidon.torch.session import Session, join
 from poseidon.torch.unit_sync import UnitSync
-from poseidon.torch.units import SyncUnit, measure_linear_rows, sync_units
+from poseidon.torch.units import SyncUnit, measure_linear_rows, sync_units, unit_layout
 
 SYNC_MODES = PLAN_SYNC_MODES  # the modes with a HybComm plan: all but "allreduce"
 WAIT_MODES = ("backward", "step")
@@ -121,20 +121,19 @@ class DistributedDataParallel(nn.Module):
         self.syncs: list[UnitSync] = []
         self.plan: _C.Plan | None = None
         self._hooks: list[Any] = []
-        self.timeline: Timeline | None = None  # POSEIDON_TIMELINE
         self._backward_mark_us = 0.0  # the timeline's last backward event
-        self._side_stream: torch.cuda.Stream | None = None
-        self._comm_thread: ThreadPoolExecutor | None = None
-        self.session: Session = join({"sync": sync, "scheme": scheme,
-                                      "layer_schemes": layer_schemes})  # fmt: skip
+        session = join({"sync": sync, "scheme": scheme, "layer_schemes": layer_schemes})
+        self.config = session.config
+        self.client = SyncClient(session, self.device, SyncClient.timeline_of(self.config))
+        self.timeline: Timeline | None = self.client.timeline  # POSEIDON_TIMELINE
         try:
             self._start(sfb_rows)
         except BaseException as e:
-            self.session.close(e)  # the other workers stop too, with the reason
+            self.client.close(e)  # the other workers stop too, with the reason
             raise
 
     def _start(self, sfb_rows: int | None) -> None:
-        config = self.session.config
+        config = self.config
         if config.sync not in SYNC_MODES:
             raise ValueError(f"sync mode {config.sync!r} is not Poseidon's (want one of "
                              f"{', '.join(SYNC_MODES)}; for an all-reduce use PyTorch's "
@@ -145,14 +144,9 @@ class DistributedDataParallel(nn.Module):
             known = ", ".join(sorted(named)) or "none"
             raise ValueError(f"layer_schemes names {', '.join(unknown)}: not a synchronised "
                              f"module (those are {known})")  # fmt: skip
-        self.worker = self.session.worker
-        self.num_workers = self.worker.num_workers
-        self.rank = self.worker.rank
-        if config.timeline:
-            self.timeline = Timeline(config.timeline, self.rank, self.num_workers)
-        if self.device.type == "cuda":
-            self._side_stream = torch.cuda.Stream(device=self.device)
-            self._comm_thread = ThreadPoolExecutor(1, "poseidon-submit")
+        self.worker = self.client.worker
+        self.num_workers = self.client.num_workers
+        self.rank = self.client.rank
         _live.add(self)
         if (
             sfb_rows is not None
@@ -164,26 +158,24 @@ class DistributedDataParallel(nn.Module):
     # ----- the plan (Note [the plan]) -----------------------------------------------------
     def layer_specs(self, rows: dict[int, int]) -> list[Any]:
         """The LayerSpecs this worker declares (poseidon plan --torch prints the same)."""
-        c = self.session.config
+        c = self.config
         return torch_layer_specs(self.module, self.units, rows, self.accumulation_steps,
                                  c.sync, c.scheme, c.layer_schemes)  # fmt: skip
 
     def _make_plan(self, rows: dict[int, int]) -> None:
-        specs = self.layer_specs(rows)
-        self.plan = self.worker.plan(specs)
-        schemes = {lp.layer_id: "SFB" if lp.scheme == _C.Scheme.SFB else "PS"
-                   for lp in self.plan.layers}  # fmt: skip
-        for unit in self.units:
+        schemes = self.client.agree_on_plan(self.layer_specs(rows))
+        self.plan = self.client.plan
+        for unit, layer in zip(self.units, unit_layout(self.units, rows)):
             capacity = rows.get(unit.index, 1) * self.accumulation_steps
-            self.syncs.append(UnitSync(unit, schemes[unit.index], self.worker, self.device,
-                                       self._side_stream, self._comm_thread, capacity))  # fmt: skip
+            self.syncs.append(UnitSync(unit, layer, schemes[unit.index], self.client,
+                                       capacity))  # fmt: skip
         broadcast_id = len(self.units)
         self.broadcaster = Broadcaster(self.worker, broadcast_id, broadcast_floats(self.module))
         self.worker.register_sfb_layer(broadcast_id, self.broadcaster.capacity)
         self._attach()
         self._planned = True
         if self.rank == 0:  # as the Caffe path does: what each layer moves, and how
-            print(f"[poseidon] {self.num_workers} workers, sync mode {self.session.config.sync}"
+            print(f"[poseidon] {self.num_workers} workers, sync mode {self.config.sync}"
                   f"\n{format_torch_plan(self.plan)}", file=sys.stderr, flush=True)  # fmt: skip
         with self._peers_named():
             self.broadcaster.from_rank0(state_tensors(self.module))
@@ -195,7 +187,7 @@ class DistributedDataParallel(nn.Module):
         try:
             yield
         except _C.CommError as e:
-            raise naming_the_process(e, self.session.config.colocated_shards) from None
+            raise naming_the_process(e, self.config.colocated_shards) from None
 
     # ----- hooks ----------------------------------------------------------------------------
     def _attach(self) -> None:
@@ -260,7 +252,7 @@ class DistributedDataParallel(nn.Module):
             self.timeline.span(f"backward {sync.unit.name}", "compute", self._backward_mark_us,
                                now, iteration=self.iteration)  # fmt: skip
             self._backward_mark_us = now
-        if not sync.submitted and self.session.config.sync != "ps-nooverlap":
+        if not sync.submitted and self.config.sync != "ps-nooverlap":
             sync.submit(self.iteration, now)
 
     def _end_of_backward(self) -> None:
@@ -281,7 +273,7 @@ class DistributedDataParallel(nn.Module):
         self._pending = False
         with self._peers_named():
             for sync in self.syncs:
-                sync.finish(self.num_workers, self.timeline)
+                sync.finish(self.client)
                 if sync.factors is not None:
                     sync.factors.waiting.clear()  # inputs of forwards that had no backward
         self.iteration += 1
@@ -328,13 +320,7 @@ class DistributedDataParallel(nn.Module):
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
-        try:
-            self.session.close(error)
-        finally:
-            if self._comm_thread is not None:
-                self._comm_thread.shutdown(wait=False)
-            if self.timeline is not None:
-                self.timeline.close()  # what it saw, also of a job that failed
+        self.client.close(error)
 
 
 def _device_of(module: nn.Module) -> torch.device:

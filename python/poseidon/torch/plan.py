@@ -1,5 +1,5 @@
 """The plan of a torch.nn model: the LayerSpecs its workers declare, made in one place for
-DistributedDataParallel and for `poseidon plan --torch` (DESIGN §4: what `poseidon plan`
+DistributedDataParallel and for `poseidon plan --torch` (docs/design.md §4: what `poseidon plan`
 prints is the plan the job runs).
 
     poseidon plan --torch examples/pytorch/mlp_digits.py:build_model --torch-input 32,1,32,32 \\
@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from poseidon.plan import format_plan, layer_spec, layer_specs
-from poseidon.torch.broadcast import BROADCAST_FLOATS
-from poseidon.torch.units import SyncUnit, layer_layout, measure_linear_rows, sync_units
+from poseidon.sync.broadcast import BROADCAST_FLOATS
+from poseidon.torch.units import SyncUnit, unit_layout
 
 BROADCAST_NAME = "(broadcast)"
 
@@ -44,15 +44,19 @@ def broadcast_floats(model: nn.Module) -> int:
     return max(1, min(BROADCAST_FLOATS, total))
 
 
+def broadcast_spec(model: nn.Module, units: list[SyncUnit]) -> Any:
+    """The broadcast unit's LayerSpec (id len(units), after the model's units)."""
+    floats = broadcast_floats(model)
+    return layer_spec(len(units), BROADCAST_NAME, "FC", floats, 1, 1, floats, "sfb")
+
+
 def torch_layer_specs(model: nn.Module, units: list[SyncUnit], rows: dict[int, int],
                       accumulation_steps: int, sync: str, scheme: str,
                       layer_schemes: dict[str, str]) -> list[Any]:  # fmt: skip
-    """A torch model's LayerSpecs: its units, then the broadcast unit (id len(units))."""
-    specs = layer_specs(layer_layout(units, rows), accumulation_steps, sync, scheme,
+    """A torch model's LayerSpecs: its units, then the broadcast unit."""
+    specs = layer_specs(unit_layout(units, rows), accumulation_steps, sync, scheme,
                         layer_schemes, what="layer_schemes")  # fmt: skip
-    floats = broadcast_floats(model)
-    specs.append(layer_spec(len(units), BROADCAST_NAME, "FC", floats, 1, 1, floats, "sfb"))
-    return specs
+    return [*specs, broadcast_spec(model, units)]
 
 
 def format_torch_plan(plan: Any) -> str:
@@ -118,13 +122,3 @@ def model_and_inputs(factory_spec: str, inputs: Sequence[str],
         args = tuple(a.new_zeros((batch, *a.shape[1:])) if isinstance(a, torch.Tensor) else a
                      for a in args)  # fmt: skip
     return model, args
-
-
-def plan_specs(model: nn.Module, args: tuple, accumulation_steps: int, sync: str, scheme: str,
-               layer_schemes: dict[str, str]) -> list[Any]:  # fmt: skip
-    """The specs DistributedDataParallel(model, ...) declares when its first forward gets
-    `args` (K from a copy of the model, as there)."""
-    units = sync_units(model)
-    rows = measure_linear_rows(model, units, args, {})
-    return torch_layer_specs(model, units, rows, accumulation_steps, sync, scheme,
-                             layer_schemes)  # fmt: skip

@@ -6,7 +6,7 @@ front to back, the order its forward runs, so the send queue's "lower layers fir
 parameters the next forward needs first on the wire (WFBP). Its gradient travels as one
 contiguous float32 range (PS) or, for an `nn.Linear`, as sufficient factors (SFB).
 
-How the cost model sees a unit (reference §4, the same `CommShape` as the Caffe engine's):
+How the cost model sees a unit (docs/paper.md §4, the core's `CommShape`, as for a Caffe net):
 - `nn.Linear(in, out)`: kind FC, an out×in weight (M×N in the paper's names) and K = the rows
   of the GEMM per iteration: every leading dimension of its input counts (a transformer's
   batch × sequence), known after the first forward;
@@ -15,8 +15,9 @@ How the cost model sees a unit (reference §4, the same `CommShape` as the Caffe
   other, one vector. A tied weight's gradient holds the other module's share too, which no
   sufficient factors carry, so only a Linear that owns all of its parameters alone may be SFB.
 
-`layer_layout(units, rows)` gives objects shaped like caffe.sync_layout's SyncLayer, so that
-poseidon.plan.layer_specs — the one derivation of a job's plan — serves both engines.
+`unit_layout(units, rows)` gives the units as the core's SyncLayers (poseidon/sync/layout.py),
+as if their gradients lay end to end in one buffer, so that poseidon.plan.layer_specs — the
+one derivation of a job's plan — and every round serve both front ends.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map
 
-from caffe.sync_layout import CommShape
+from poseidon.sync.layout import CommShape, SyncLayer
 
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
@@ -98,22 +99,15 @@ def sync_units(model: nn.Module) -> list[SyncUnit]:
     return units
 
 
-@dataclass(frozen=True)
-class UnitLayout:
-    """A sync unit as poseidon.plan.layer_specs reads a layer (caffe.sync_layout.SyncLayer's
-    fields that it uses)."""
-
-    index: int
-    name: str
-    shape: CommShape
-    num_floats: int
-
-
-def layer_layout(units: list[SyncUnit], rows: dict[int, int]) -> list[UnitLayout]:
-    """The units for the plan; `rows[i]` is FC unit i's K (rows of its GEMM per iteration),
-    absent for a Linear that no forward called as a module."""
-    return [UnitLayout(u.index, u.name, u.comm_shape(rows.get(u.index)), u.num_floats)
-            for u in units]  # fmt: skip
+def unit_layout(units: list[SyncUnit], rows: dict[int, int]) -> list[SyncLayer]:
+    """The units as the core's layout; `rows[i]` is FC unit i's K (rows of its GEMM per
+    iteration), absent for a Linear that no forward called as a module."""
+    layout, start = [], 0
+    for u in units:
+        layout.append(SyncLayer(u.index, u.name, start, start + u.num_floats, (), False,
+                                u.comm_shape(rows.get(u.index))))  # fmt: skip
+        start += u.num_floats
+    return layout
 
 
 class RowsUnknownError(RuntimeError):

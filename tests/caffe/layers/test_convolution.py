@@ -3,8 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from caffe.base_conv_layer import prefers_channels_last
 from caffe.errors import LayerError
+from caffe.layers._base_conv import prefers_channels_last
 from tests.caffe.layer_harness import check_gradient, make_layer, run_forward
 from tests.caffe.layers.cuda_compare import assert_cuda_matches_cpu, needs_cuda
 
@@ -81,7 +81,7 @@ def test_a_channels_last_layer_computes_what_nchw_computes(monkeypatch):
     results = []
     for chosen in (True, False):
         monkeypatch.setattr(
-            "caffe.base_conv_layer.prefers_channels_last", lambda *args, chosen=chosen: chosen
+            "caffe.layers._base_conv.prefers_channels_last", lambda *args, chosen=chosen: chosen
         )
         torch.manual_seed(0)
         layer, bottom, top = make_layer(conv_text("num_output: 50 kernel_size: 5"), [x])

@@ -1,4 +1,4 @@
-"""Note [convolution workspace] (caffe/base_conv_layer.py): on CPU a Convolution or
+"""Note [convolution workspace] (caffe/layers/_base_conv.py): on CPU a Convolution or
 Deconvolution hands its kernels at most WORKSPACE_BYTES of activations per call, whole images
 at a time, and gets the very results of one call over the batch."""
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import caffe.base_conv_layer
+import caffe.layers._base_conv
 from tests.caffe.layer_harness import check_gradient, make_layer, run_forward
 
 FILLERS = 'weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: "gaussian" std: 0.5 }'
@@ -38,7 +38,7 @@ class KernelBatches(TorchDispatchMode):
 def run(kind: str, xs: list[np.ndarray], budget: int, monkeypatch) -> tuple:
     """Forward and backward of a layer with two bottoms (shared weights) under `budget`:
     tops, bottom diffs, param diffs (after two backwards: they accumulate) and kernel calls."""
-    monkeypatch.setattr(caffe.base_conv_layer, "WORKSPACE_BYTES", budget)
+    monkeypatch.setattr(caffe.layers._base_conv, "WORKSPACE_BYTES", budget)
     torch.manual_seed(0)
     text = f'type: "{kind}" convolution_param {{ {PARAMS} {FILLERS} }}'
     layer, bottom, top = make_layer(text, xs, num_tops=len(xs))
@@ -71,7 +71,7 @@ def test_an_image_larger_than_the_workspace_is_still_one_call(monkeypatch):
 
 
 def test_chunked_gradient_matches_finite_differences(monkeypatch):
-    monkeypatch.setattr(caffe.base_conv_layer, "WORKSPACE_BYTES", 1)  # one image a call
+    monkeypatch.setattr(caffe.layers._base_conv, "WORKSPACE_BYTES", 1)  # one image a call
     x = np.random.default_rng(3).standard_normal((3, 2, 4, 4)).astype(np.float32)
     layer, bottom, top = make_layer(
         f'type: "Convolution" convolution_param {{ {PARAMS} {FILLERS} }}', [x]
@@ -89,4 +89,4 @@ def test_the_default_workspace_bounds_every_call():
         layer.run_backward(top, [True], bottom)
     per_image = 4 * 16 * 128 * 128 * 2
     assert calls.batches == [16, 4, 16, 4]
-    assert max(calls.batches) * per_image <= caffe.base_conv_layer.WORKSPACE_BYTES
+    assert max(calls.batches) * per_image <= caffe.layers._base_conv.WORKSPACE_BYTES

@@ -5,8 +5,8 @@ import pytest
 
 import caffe
 from caffe.errors import CaffeError, LayerError
+from caffe.formats.weights_io import write_blobproto
 from caffe.proto import caffe_pb2
-from caffe.weights_io import write_blobproto
 from tests.caffe.data_fixtures import make_datum, net_param, write_db, write_indexed_db
 from tests.caffe.layer_harness import make_layer, run_forward
 
@@ -147,7 +147,7 @@ def test_mean_file_and_mean_value_are_exclusive(tmp_path):
 
 def test_encoded_datums_decode_to_bgr(tmp_path):
     pytest.importorskip("PIL")
-    from caffe.image_codec import encode_image
+    from caffe.data.image_codec import encode_image
 
     bgr = np.random.default_rng(3).integers(0, 256, (3, 4, 5), dtype=np.uint8)
     datum = caffe_pb2.Datum(data=encode_image(bgr, "png"), encoded=True, label=4)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from caffe.errors import LayerError
-from caffe.weights_io import write_blobproto
+from caffe.formats.weights_io import write_blobproto
 from tests.caffe.layer_harness import check_gradient, make_layer, run_forward
 
 

@@ -66,4 +66,4 @@ def test_comm_shape_in_the_cost_models_names(transpose):
     # weight (M outputs × N inputs) and K = 6 rows, whichever way the weight is stored.
     x = np.zeros((3, 2, 5), np.float32)
     layer, bottom, _ = make_layer(ip_text(4, axis=2, transpose=transpose), [x])
-    assert layer.comm_shape(bottom).as_dict() == {"kind": "FC", "m": 4, "n": 5, "rows": 6}
+    assert layer.comm_shape(bottom) == ("FC", 4, 5, 6)  # (kind, m, n, rows)

@@ -3,9 +3,9 @@ import pytest
 
 import caffe
 from caffe.errors import CaffeError, LayerError
+from caffe.formats.weights_io import write_blobproto
 from caffe.layers.window_data import parse_window_file
 from caffe.proto import caffe_pb2
-from caffe.weights_io import write_blobproto
 from tests.caffe.data_fixtures import net_param
 from tests.caffe.layer_harness import make_layer, run_forward
 

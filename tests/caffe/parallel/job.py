@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from caffe.db import open_db_writer
+from caffe.data.db import open_db_writer
 from caffe.io import array_to_datum
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")

@@ -1,4 +1,4 @@
-"""The DDP-style baseline (caffe/allreduce_sync.py, `--sync allreduce`).
+"""The DDP-style baseline (caffe/parallel/allreduce.py, `--sync allreduce`).
 
 Bucket layout without processes (order, caps, first bucket, contiguity, gaps, late
 layers); then real jobs on 127.0.0.1 through `poseidon launch --sync allreduce`: P1 ∈ {2, 3}
@@ -24,9 +24,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from caffe.allreduce_buckets import Bucket, bucket_layout
-from caffe.sync_layout import CommShape, SyncLayer, sync_layout
+from caffe.parallel.layout import sync_layout
 from poseidon.launch import Child, Host, JobSpec, Launcher
+from poseidon.sync.buckets import Bucket, bucket_layout
+from poseidon.sync.layout import CommShape, SyncLayer
 from tests.caffe.net_fixtures import build_net
 from tests.caffe.parallel.job import BATCH, NET, SOLVER, reference_weights, write_dataset
 from tests.caffe.parallel.test_equivalence import assert_matches
@@ -36,7 +37,7 @@ LAUNCH = [sys.executable, "-m", "poseidon.cli", "launch"]
 CAFFE = [sys.executable, "-m", "caffe.tools.cli"]
 
 # One worker of a test job: `caffe train`'s library path through caffe.parallel, or, with
-# TEST_BUCKET_CAPS="first,cap", caffe.allreduce_sync directly from torchrun's variables (with
+# TEST_BUCKET_CAPS="first,cap", caffe.parallel.allreduce directly from torchrun's variables (with
 # a timeline). TEST_STALL / TEST_DIE="rank,iteration": that worker sleeps 6 s / exits at
 # the start of that iteration. Saves the worker's parameters and bucket layout.
 WORKER = r"""
@@ -50,16 +51,16 @@ from caffe.solvers import get_solver
 solver_path, iterations, out_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 caps = os.environ.get("TEST_BUCKET_CAPS")
 if caps:
-    from caffe import allreduce_join
+    from caffe.parallel.allreduce import attach_allreduce, prepare_allreduce_worker
+    from poseidon.sync.allreduce import Rendezvous
     from poseidon.timeline import Timeline
 
-    rendezvous = allreduce_join.Rendezvous.from_env(
-        timeout_s=int(os.environ["POSEIDON_TIMEOUT_MS"]) / 1000)
-    allreduce_join.prepare_worker(rendezvous)
+    rendezvous = Rendezvous.from_env(timeout_s=int(os.environ["POSEIDON_TIMEOUT_MS"]) / 1000)
+    prepare_allreduce_worker(rendezvous)
     solver = get_solver(solver_path)
     first, cap = (int(x) for x in caps.split(","))
     timeline = Timeline(os.path.join(out_dir, "trace.{rank}.json"), rendezvous.rank)
-    sync = allreduce_join.attach_from_environment(
+    sync = attach_allreduce(
         solver, rendezvous, timeline, first_bucket_bytes=first, bucket_cap_bytes=cap)
 else:
     from caffe.parallel import attach_from_environment, prepare_worker
@@ -420,7 +421,7 @@ def test_launch_caffe_train_end_to_end(tmp_path):
     assert re.search(r"\[worker 0\] I.* bucket 0 +6248 bytes  ip2, ip1, conv2, conv1\n", output)
     assert "[worker 0] I" in output and "Optimization Done." in output
     assert not re.search(r"\[worker 1\] I.*Iteration \d+, loss", output)  # rank 0 displays
-    from caffe.weights_io import read_caffemodel
+    from caffe.formats.weights_io import read_caffemodel
 
     model = read_caffemodel(f"{prefix}_iter_{ITERS}.caffemodel")
     saved = {f"{layer.name}/{i}": np.array(blob.data, np.float32)

@@ -1,4 +1,4 @@
-"""The GPU path of caffe/parallel.py (Note [GPU path] in caffe/sync_staging.py): gradients
+"""The GPU path of caffe/parallel/ (Note [GPU path] in poseidon/sync/staging.py): gradients
 staged through pinned host buffers on a side stream, SFB rebuilt on the device.
 
 Two workers on CUDA device 0 and two shards, every sync mode and a forced all-SFB plan:

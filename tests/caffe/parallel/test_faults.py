@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from caffe.weights_io import read_caffemodel, read_solverstate
+from caffe.formats.weights_io import read_caffemodel, read_solverstate
 from tests.caffe.parallel.job import write_solver
 
 SNAPSHOTS = 'snapshot: 5\nsnapshot_prefix: "{prefix}"\ndisplay: 5'
@@ -106,7 +106,7 @@ def test_killed_worker_stops_the_job_and_the_snapshot_resumes(tmp_path):
 
 
 def test_a_diverging_worker_ends_the_job_with_its_error(tmp_path):
-    """Each worker checks its own loss and gradients (caffe/divergence.py); the first to
+    """Each worker checks its own loss and gradients (caffe/solvers/divergence.py); the first to
     reach --nonfinite_limit raises, and the job's abort path ends the others."""
     solver = write_solver(str(tmp_path), 4, 1000)
     with open(solver) as f:

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from caffe.weights_io import read_caffemodel
+from caffe.formats.weights_io import read_caffemodel
 from tests.caffe.parallel.job import BATCH, CLASSES, NET, write_dataset
 from tests.caffe.parallel.test_faults import start, wait_for
 from tests.process_tree import alive, command_line, descendants, wait_gone

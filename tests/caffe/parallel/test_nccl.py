@@ -24,7 +24,7 @@ import torch
 import caffe
 from caffe import parallel
 from caffe.errors import CaffeError, DistributedError
-from caffe.weights_io import read_caffemodel
+from caffe.formats.weights_io import read_caffemodel
 from tests.caffe.parallel.job import BATCH, REPO, reference_weights, write_solver
 from tests.caffe.parallel.test_equivalence import assert_matches
 
@@ -73,7 +73,7 @@ def test_pycaffe_flow_equals_one_process_on_the_global_batch(tmp_path, count, ex
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_processes_equal_one_cpu_process(tmp_path):
-    """Two processes on CUDA device 0 (the staging of caffe/sync_staging.py); float32
+    """Two processes on CUDA device 0 (the staging of poseidon/sync/staging.py); float32
     summation order on the device is what is left (rtol 1e-3, as test_cuda.py)."""
     ranks = _flow(tmp_path, 2, "", "--gpu")
     assert_matches(ranks, reference_weights(str(tmp_path), 2, ITERS), rtol=1e-3)

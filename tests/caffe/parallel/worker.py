@@ -33,8 +33,8 @@ def main() -> int:
               for i, blob in enumerate(blobs)}  # fmt: skip
     for layer_index, (sent, received) in traffic.items():
         arrays[f"traffic/{solver.net._layer_names[layer_index]}"] = np.array([sent, received])
-    for s in sync.syncers:
-        arrays[f"scheme/{s.name}"] = np.array(s.scheme)
+    for r in sync.rounds:
+        arrays[f"scheme/{r.name}"] = np.array(r.scheme)
     np.savez(os.path.join(out_dir, f"rank{sync.rank}.npz"), **arrays)
     return 0
 

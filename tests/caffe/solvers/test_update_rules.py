@@ -1,5 +1,5 @@
-"""Every solver type's update equals the spec §4.4 formulas re-derived in numpy: with
-diffs set by hand (apply_update alone) and over full step() runs of the tiny net."""
+"""Every solver type's update equals the docs/caffe_format.md §4.4 formulas re-derived in
+numpy: with diffs set by hand (apply_update alone) and over full step() runs of the tiny net."""
 
 import numpy as np
 import pytest

@@ -1,8 +1,8 @@
 import numpy as np
 
+from caffe.formats.weights_io import read_blobproto
 from caffe.proto import caffe_pb2
 from caffe.tools import compute_image_mean
-from caffe.weights_io import read_blobproto
 from tests.caffe.data_fixtures import make_datum, write_db
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from caffe.db import open_db
+from caffe.data.db import open_db
 from caffe.proto import caffe_pb2
 from caffe.tools import convert_digits
 

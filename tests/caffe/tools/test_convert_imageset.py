@@ -3,7 +3,7 @@ import io
 import numpy as np
 import pytest
 
-from caffe.db import open_db
+from caffe.data.db import open_db
 from caffe.proto import caffe_pb2
 from caffe.tools import convert_imageset
 

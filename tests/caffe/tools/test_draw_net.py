@@ -8,9 +8,9 @@ import pytest
 
 import caffe
 from caffe import draw
+from caffe.formats.proto_io import read_net_param
 from caffe.net_filter import filter_net
 from caffe.proto import caffe_pb2
-from caffe.proto_io import read_net_param
 from caffe.tools import draw_net
 from tests.caffe.tools.cli_helpers import REPO_ROOT, subprocess_env
 

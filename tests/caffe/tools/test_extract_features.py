@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import caffe
-from caffe.db import open_db
+from caffe.data.db import open_db
 from caffe.proto import caffe_pb2
 from caffe.tools import extract_features
 from tests.caffe.data_fixtures import write_indexed_db

@@ -1,4 +1,4 @@
-"""glog's log files of the `caffe` command (caffe/log_files.py): where, names, header,
+"""glog's log files of the `caffe` command (caffe/tools/log_files.py): where, names, header,
 which severities, the symlinks, GLOG_logtostderr, and an unwritable directory."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from caffe.log_files import GlogFileHandler, files_disabled, log_dir, log_to_files, user_name
 from caffe.tools import parse_log
+from caffe.tools.log_files import GlogFileHandler, files_disabled, log_dir, log_to_files, user_name
 from tests.caffe.tools.cli_helpers import (
     TINY_NET,
     captured_log,

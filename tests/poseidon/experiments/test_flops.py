@@ -91,3 +91,18 @@ def test_deconvolution_counts_the_gemm_from_its_input(tmp_path):
     # Every input element feeds (Cout/group)·kernel volume outputs.
     assert c.flops_forward == 2 * (2 * 4 * 25) * (6 // 2) * 16
     assert c.flops_backward == 0  # nothing reaches a loss: the net prunes its backward
+
+
+def test_flops_reads_no_layer_internals():
+    """flops.py asks a layer through the Layer API (flops, backward_reads_input) and its
+    generic parts (type, blobs, param_propagate_down), never a type's own fields."""
+    import ast
+    from pathlib import Path
+
+    import poseidon.experiments.flops as flops
+
+    tree = ast.parse(Path(flops.__file__).read_text())
+    read = {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "layer"}  # fmt: skip
+    assert read == {"type", "blobs", "param_propagate_down", "flops", "backward_reads_input"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from poseidon.experiments.profile_measure import measure_profile
+from poseidon.experiments.measure import measure_profile
 from tests.poseidon.experiments.nets import SMALL
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from caffe.formats.proto_io import parse_net_text
+from caffe.parallel.layout import sync_layout
 from caffe.proto import caffe_pb2
-from caffe.proto_io import parse_net_text
-from caffe.sync_layout import sync_layout
+from poseidon.experiments.measure import measure_profile
 from poseidon.experiments.netspec import set_batch
 from poseidon.experiments.profile import SyncShape, load_profile
-from poseidon.experiments.profile_measure import build_net, gpu_tag, measure_profile
+from poseidon.experiments.profile_measure import build_net, gpu_tag
 from poseidon.experiments.resolve import model_label, resolve_model
 from tests.poseidon.experiments.nets import CIFAR10_QUICK, SMALL
 

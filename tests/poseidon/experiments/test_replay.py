@@ -10,8 +10,8 @@ import time
 import pytest
 
 import caffe
-from caffe.proto_io import parse_net_text
-from caffe.sync_layout import sync_layout
+from caffe.formats.proto_io import parse_net_text
+from caffe.parallel.layout import sync_layout
 from poseidon import _C
 from poseidon.experiments import clock
 from poseidon.experiments.profile import ProfileError, SfbTiming

@@ -1,0 +1,35 @@
+"""The client core's failures as the engine's: DistributedError, one clear line from the
+`caffe` command, naming what failed and where."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TypeVar
+
+import poseidon
+from caffe.errors import DistributedError
+from poseidon.failures import explain
+from poseidon.sync.job import JobError
+
+F = TypeVar("F", bound=Callable)
+
+
+def distributed_errors(function: F) -> F:
+    """Raise the comm core's CommError and the client core's JobError (joining, the
+    all-reduce group, leaving) as DistributedError. Called as a method of an object with a
+    SyncClient (`self.client`), a lost shard that ran inside a worker's process is named as
+    that worker too."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except poseidon.CommError as e:
+            client = getattr(args[0], "client", None) if args else None
+            colocated = client.session.config.colocated_shards if client is not None else 0
+            raise DistributedError(explain(e, colocated)) from None
+        except JobError as e:
+            raise DistributedError(str(e)) from None
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,58 @@
+"""A profiled net as the client core sees it: its synchronised layers (the core's layout),
+the HybComm plan of a cell, and the all-reduce baseline's buckets — each by the syncers' own
+functions (poseidon.plan.layer_specs with the coordinator's _C.make_plan, and
+poseidon/sync/buckets.py `bucket_layout`), so that the predictor plans and schedules what
+the emulated and real runs do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from poseidon.experiments.profile import Profile
+from poseidon.sync.buckets import (
+    DEFAULT_BUCKET_CAP_BYTES,
+    DEFAULT_FIRST_BUCKET_BYTES,
+    bucket_layout,
+)
+from poseidon.sync.layout import CommShape, SyncLayer
+
+
+def profile_sync_layers(profile: Profile) -> list[SyncLayer]:
+    """The profile's synchronised layers as poseidon.sync.layout.SyncLayer, with their ranges
+    in the net's flat gradient buffer."""
+    layers = []
+    for index, layer in enumerate(profile.layers):
+        sync = layer.sync
+        if sync is None:
+            continue
+        shape = CommShape(sync.kind, sync.m, sync.n, sync.rows)
+        layers.append(
+            SyncLayer(index, layer.name, sync.start, sync.start + sync.floats, (), sync.late, shape)
+        )
+    return layers
+
+
+def profile_plan(
+    profile: Profile,
+    mode: str,
+    nodes: int,
+    chunk_bytes: int,
+    layer_schemes: dict[str, str] | None = None,
+) -> Any:
+    """The `_C.Plan` a job of `nodes` workers and as many shards would run in sync `mode`.
+    The profile was measured at iter_size 1; its rows are an iteration's."""
+    from poseidon import _C
+    from poseidon.plan import layer_specs
+
+    specs = layer_specs(profile_sync_layers(profile), 1, mode, "auto", layer_schemes)
+    return _C.make_plan(specs, nodes, nodes, chunk_bytes)
+
+
+def ddp_buckets(
+    profile: Profile,
+    first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES,
+    bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES,
+) -> list[tuple[list[int], float]]:
+    """(layer indices, bytes) of every bucket, in the order the syncer launches them."""
+    buckets = bucket_layout(profile_sync_layers(profile), first_bucket_bytes, bucket_cap_bytes)
+    return [([x.index for x in b.layers], float(b.num_bytes)) for b in buckets]

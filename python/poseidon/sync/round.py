@@ -1,0 +1,175 @@
+"""One synchronised layer's round: its gradient (or its sufficient factors) out to the comm
+core the moment its backward is done, and the sum of every worker's back.
+
+PS: the layer's gradient is a flat float32 range `diff` (Caffe: a view of Net.param_diff;
+poseidon.torch: a buffer the unit's .grad tensors are copied into), registered with the comm
+core once (on CUDA through pinned host staging: Note [GPU path] in staging.py), pushed to
+the shards and pulled back summed; `finish` leaves the MEAN in `diff`.
+
+SFB: the layer's FactorLog (factors.py) is packed and all-gathered among the workers;
+`finish` hands every worker's factors, stacked on the device, to the front end's `rebuild`,
+which adds scale·dyᵀ·x into its own weight's gradient (only the front end knows how its
+weight is stored).
+
+Both are asynchronous: on CPU the comm core is called from the caller's thread; on CUDA a
+comm thread waits for the device→host copy alone and then calls the core, so the training
+thread goes on queuing backward kernels. A round is not thread-safe: one thread (training,
+or autograd's) submits and finishes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+from poseidon.sync.factors import FactorLog, stack_factors
+from poseidon.sync.layout import SyncLayer
+from poseidon.sync.staging import GradientStaging, to_host_async
+from poseidon.timeline import Timeline
+
+# dy (R × out), x (R × in), scale: add scale·dyᵀ·x (and scale·Σ dy) into the gradients.
+Rebuild = Callable[[torch.Tensor, torch.Tensor, float], None]
+
+
+class FactorOverflowError(RuntimeError):
+    """A step brought more rows of sufficient factors than the layer was planned with."""
+
+
+class LayerRound:
+    """The round of one layer of `worker` (a connected `_C.Worker`) under `scheme`.
+
+    PS takes `diff`, the layer's flat gradient range. SFB takes `factors` (the layer's
+    FactorLog), `capacity_rows` (the most rows of factors one worker sends in a step: the
+    comm core's buffers are sized for it), `rebuild` and the `device` the layer's weight
+    lives on (where the factors are stacked for the rebuild GEMM)."""
+
+    def __init__(
+        self,
+        worker: Any,
+        layer: SyncLayer,
+        scheme: str,
+        *,
+        diff: torch.Tensor | None = None,
+        factors: FactorLog | None = None,
+        capacity_rows: int = 0,
+        rebuild: Rebuild | None = None,
+        device: torch.device | None = None,
+        side_stream: torch.cuda.Stream | None = None,
+        comm_thread: ThreadPoolExecutor | None = None,
+    ) -> None:
+        self.worker = worker
+        self.layer = layer
+        self.scheme = scheme
+        self.comm_thread = comm_thread
+        self.side_stream = side_stream
+        self.handle: Any = None
+        self.iteration = -1
+        self.submitted = False
+        self.submitted_us = 0.0
+        self.traffic_seen = (0, 0)  # the comm core's byte counters at the last round's end
+        self.staging: GradientStaging | None = None
+        self.factors = factors
+        self.rebuild = rebuild
+        self.capacity_rows = capacity_rows
+        self.device = device if device is not None else torch.device("cpu")
+        if scheme == "PS":
+            if diff is None:
+                raise ValueError(f"layer {layer.name!r}: a PS round needs its gradient range")
+            self.staging = GradientStaging(diff, side_stream)
+            worker.register_layer(layer.index, self.staging.host_array())
+            self.factor_floats = 0
+        else:
+            if factors is None or rebuild is None:
+                raise ValueError(f"layer {layer.name!r}: an SFB round needs factors and rebuild")
+            # Two slots of P1 buffers of this size (internal/sfb.h): the factors alone, never
+            # the layer's weights (those cross in pieces of this size at start: broadcast.py).
+            self.factor_floats = max(1, capacity_rows * factors.width)
+            worker.register_sfb_layer(layer.index, self.factor_floats)
+
+    @property
+    def index(self) -> int:
+        return self.layer.index
+
+    @property
+    def name(self) -> str:
+        return self.layer.name
+
+    @property
+    def diff(self) -> torch.Tensor:
+        """A PS layer's gradient range (the device side)."""
+        assert self.staging is not None, "an SFB round has no gradient range"
+        return self.staging.diff
+
+    # ----- sending --------------------------------------------------------------------------
+    def submit(self, iteration: int, now_us: float = 0.0) -> None:
+        """Hand this step's gradient (or factors) to the comm core for `iteration`
+        (asynchronous); `now_us` is the time on the job's timeline, if it keeps one."""
+        self.iteration, self.submitted, self.submitted_us = iteration, True, now_us
+        index = self.layer.index
+        if self.staging is not None:
+            self.staging.to_host()
+            copied: Callable[[], Any] | None = self.staging.wait_host
+
+            def send() -> Any:
+                return self.worker.push_pull(index, iteration)
+        else:
+            assert self.factors is not None
+            rows = self.factors.rows
+            if rows > self.capacity_rows:
+                raise FactorOverflowError(
+                    f"{self.layer.name}: {rows} rows of sufficient factors this step, more "
+                    f"than the {self.capacity_rows} it was planned with"
+                )
+            packed, event = to_host_async(self.factors.pack(), self.side_stream)
+            copied = event.synchronize if event is not None else None
+
+            def send() -> Any:
+                return self.worker.allgather(index, iteration, packed)
+
+        if self.comm_thread is None:
+            self.handle = send()
+        else:  # CUDA: a comm thread waits for the copy to host, not the training thread
+            self.handle = self.comm_thread.submit(lambda: (copied and copied(), send())[1])
+
+    # ----- receiving ------------------------------------------------------------------------
+    def finish(self, num_workers: int, timeline: Timeline | None = None) -> None:
+        """Wait for the round and leave the mean of every worker's gradient: in `diff` (PS),
+        or added by `rebuild` (SFB). The round goes on `timeline` if there is one. A round
+        never submitted is a no-op."""
+        if self.handle is None:
+            return
+        waited_us = timeline.now_us() if timeline is not None else 0.0
+        handle = self.handle.result() if isinstance(self.handle, Future) else self.handle
+        handle.wait()
+        if timeline is not None:
+            self._record(handle, waited_us, timeline)
+        self.handle, self.submitted = None, False
+        scale = 1.0 / num_workers
+        if self.staging is not None:
+            self.staging.to_device()
+            self.staging.diff.mul_(scale)
+            return
+        assert self.factors is not None and self.rebuild is not None
+        gathered = self.gathered(num_workers)
+        if not any(f.size for f in gathered):
+            return  # no worker had factors (a layer no forward used this step)
+        dy, x = stack_factors(gathered, self.factors.out_features, self.factors.in_features,
+                              self.device)  # fmt: skip
+        self.rebuild(dy, x, scale)
+
+    def gathered(self, num_workers: int) -> list[np.ndarray]:
+        """Every worker's factors of the last finished round, in rank order."""
+        return [np.asarray(self.worker.factor(self.layer.index, self.iteration, r))
+                for r in range(num_workers)]  # fmt: skip
+
+    def _record(self, handle: Any, waited_us: float, timeline: Timeline) -> None:
+        sent, received = self.worker.traffic().get(self.layer.index, (0, 0))
+        traffic = (sent - self.traffic_seen[0], received - self.traffic_seen[1])
+        self.traffic_seen = (sent, received)
+        timeline.record_round(self.layer.name, handle.timing(), self.submitted_us, waited_us,
+                              timeline.now_us(), self.iteration, self.scheme,
+                              traffic)  # fmt: skip
