@@ -1,6 +1,8 @@
 #include "poseidon/config.h"
 
+#include <cmath>
 #include <string>
+#include <utility>
 
 #include "poseidon/errors.h"
 
@@ -18,7 +20,33 @@ const char* role_name(Role role) {
   return "role?";
 }
 
-const char* scheme_name(Scheme scheme) { return scheme == Scheme::kSFB ? "SFB" : "PS"; }
+const char* scheme_name(Scheme scheme) {
+  switch (scheme) {
+    case Scheme::kPS:
+      return "PS";
+    case Scheme::kSFB:
+      return "SFB";
+    case Scheme::kBF16:
+      return "BF16";
+    case Scheme::kPowerSGD:
+      return "PowerSGD";
+  }
+  return "scheme?";
+}
+
+const char* compression_name(Compression compression) {
+  switch (compression) {
+    case Compression::kNone:
+      return "none";
+    case Compression::kBF16:
+      return "bf16";
+    case Compression::kPowerSGD:
+      return "powersgd";
+    case Compression::kAuto:
+      return "auto";
+  }
+  return "compression?";
+}
 
 namespace {
 void require(bool ok, const std::string& what) {
@@ -63,6 +91,19 @@ void Config::validate() const {
           "heartbeat_timeout_ms=" + std::to_string(heartbeat_timeout_ms) +
               " must exceed heartbeat_interval_ms=" + std::to_string(heartbeat_interval_ms));
   require(handshake_timeout_ms > 0, "handshake_timeout_ms must be > 0");
+  require(static_cast<uint8_t>(scheme) <= static_cast<uint8_t>(SchemeChoice::kPowerSGD),
+          "scheme=" + std::to_string(static_cast<int>(scheme)) + " (unknown scheme choice)");
+  require(static_cast<uint8_t>(compression) <= static_cast<uint8_t>(Compression::kAuto),
+          "compression=" + std::to_string(static_cast<int>(compression)) +
+              " (want none, bf16, powersgd or auto)");
+  require(powersgd_rank >= 1, "powersgd_rank=" + std::to_string(powersgd_rank) + " (want >= 1)");
+  for (const auto& [name, rate] :
+       {std::pair<const char*, double>{"link_bytes_per_s", rates.link_bytes_per_s},
+        {"gemm_flops_per_s", rates.gemm_flops_per_s},
+        {"memory_bytes_per_s", rates.memory_bytes_per_s}}) {
+    require(std::isfinite(rate) && rate >= 0,
+            std::string("rates.") + name + "=" + std::to_string(rate) + " (want >= 0; 0: unknown)");
+  }
   require(comm_threads >= 1 && comm_threads <= kMaxCommThreads,
           "comm_threads=" + std::to_string(comm_threads) + " (want 1.." +
               std::to_string(kMaxCommThreads) + ")");

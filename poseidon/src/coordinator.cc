@@ -258,14 +258,15 @@ void Coordinator::Impl::on_plan_request_locked(Member& m, std::vector<LayerSpec>
   }
   try {
     plan_ = make_plan(ref.specs, config_.num_workers, config_.num_servers, config_.chunk_bytes,
-                      config_.scheme);
+                      config_.scheme, config_.compression, config_.powersgd_rank, config_.rates);
   } catch (const CommError& e) {
     fail_locked(self_.str(), std::string("cannot build the plan: ") + e.what());
     return;
   }
   if (config_.verbose) {
     for (const LayerPlan& l : plan_->layers) {
-      log_line("coordinator", "plan: " + l.spec.debug_string() + " -> " + scheme_name(l.scheme));
+      log_line("coordinator", "plan: " + l.spec.debug_string() + " -> " + scheme_name(l.scheme) +
+                                  (l.rank > 0 ? " rank " + std::to_string(l.rank) : ""));
     }
   }
   *to = all_peers_locked();

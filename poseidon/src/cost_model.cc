@@ -1,5 +1,7 @@
 #include "poseidon/cost_model.h"
 
+#include <algorithm>
+
 #include "poseidon/errors.h"
 
 namespace poseidon {
@@ -61,6 +63,127 @@ int64_t sfb_crossover_workers(uint64_t m, uint64_t n, uint64_t k, int64_t max_p)
     (sfb_wins(mid) ? lo : hi) = mid;
   }
   return lo;
+}
+
+bool scheme_applicable(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uint64_t num_floats) {
+  switch (scheme) {
+    case Scheme::kPS:
+    case Scheme::kBF16:
+      return true;
+    case Scheme::kSFB:
+      return kind == LayerKind::kFullyConnected;
+    case Scheme::kPowerSGD:
+      // m·n <= num_floats without overflowing: m <= num_floats / n.
+      return m >= 2 && n >= 2 && m <= num_floats / n;
+  }
+  return false;
+}
+
+bool scheme_allowed(Scheme scheme, Compression compression) {
+  switch (scheme) {
+    case Scheme::kPS:
+    case Scheme::kSFB:
+      return true;
+    case Scheme::kBF16:
+      return compression == Compression::kBF16 || compression == Compression::kAuto;
+    case Scheme::kPowerSGD:
+      return compression == Compression::kPowerSGD || compression == Compression::kAuto;
+  }
+  return false;
+}
+
+uint64_t powersgd_effective_rank(uint64_t rank, uint64_t m, uint64_t n) {
+  return std::min({rank, m, n});
+}
+
+SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
+                               int64_t p1, int64_t p2, uint64_t rank, uint64_t num_floats,
+                               const Rates& rates) {
+  if (rank < 1) throw ConfigError("estimate_scheme: PowerSGD rank 0 (want >= 1)");
+  // The wire bytes of PS and SFB are comm_cost's floats times 4 (exact in
+  // binary floating point), so ranking by them agrees with best_scheme.
+  const CommCost c = comm_cost(m, n, k, p1, p2);
+  const double M = static_cast<double>(m);
+  const double N = static_cast<double>(n);
+  const double mn = M * N;
+  SchemeEstimate e;
+  e.scheme = scheme;
+  e.applicable = scheme_applicable(scheme, kind, m, n, num_floats);
+  switch (scheme) {
+    case Scheme::kPS:
+      e.wire_bytes = c.ps_bytes();
+      break;
+    case Scheme::kBF16:
+      e.wire_bytes = c.ps_colocated_floats * 2.0;
+      e.memory_bytes = 12.0 * mn;
+      break;
+    case Scheme::kSFB:
+      e.wire_bytes = c.sfb_bytes();
+      e.flops = 2.0 * mn * static_cast<double>(k) * (static_cast<double>(p1) - 1.0);
+      break;
+    case Scheme::kPowerSGD: {
+      e.rank = powersgd_effective_rank(rank, m, n);
+      const double r = static_cast<double>(e.rank);
+      const double P1 = static_cast<double>(p1);
+      const double P2 = static_cast<double>(p2);
+      e.wire_bytes = kBytesPerFloat * 2.0 * r * (M + N) * (P1 + P2 - 2.0) / P2;
+      e.flops = 6.0 * mn * r + 4.0 * M * r * r;
+      e.memory_bytes = 12.0 * mn;
+      break;
+    }
+  }
+  const auto over = [](double amount, double rate) { return rate > 0 ? amount / rate : 0.0; };
+  e.seconds = over(e.wire_bytes, rates.link_bytes_per_s) + over(e.flops, rates.gemm_flops_per_s) +
+              over(e.memory_bytes, rates.memory_bytes_per_s);
+  return e;
+}
+
+std::vector<SchemeEstimate> estimate_schemes(LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
+                                             int64_t p1, int64_t p2, uint64_t rank,
+                                             uint64_t num_floats, const Rates& rates) {
+  std::vector<SchemeEstimate> out;
+  for (const Scheme s : {Scheme::kPS, Scheme::kSFB, Scheme::kBF16, Scheme::kPowerSGD}) {
+    out.push_back(estimate_scheme(s, kind, m, n, k, p1, p2, rank, num_floats, rates));
+  }
+  return out;
+}
+
+namespace {
+// Tie order: exact before lossy; SFB before PS, as best_scheme's "<=".
+int tie_rank(Scheme s) {
+  switch (s) {
+    case Scheme::kSFB:
+      return 0;
+    case Scheme::kPS:
+      return 1;
+    case Scheme::kBF16:
+      return 2;
+    case Scheme::kPowerSGD:
+      return 3;
+  }
+  return 4;
+}
+}  // namespace
+
+bool ranks_before(const SchemeEstimate& a, const SchemeEstimate& b, const Rates& rates) {
+  const bool timed = rates.link_bytes_per_s > 0;
+  const double ka = timed ? a.seconds : a.wire_bytes;
+  const double kb = timed ? b.seconds : b.wire_bytes;
+  if (ka != kb) return ka < kb;
+  return tie_rank(a.scheme) < tie_rank(b.scheme);
+}
+
+Scheme choose_scheme(LayerKind kind, uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2,
+                     Compression compression, uint64_t rank, uint64_t num_floats,
+                     const Rates& rates) {
+  const SchemeEstimate* best = nullptr;
+  const std::vector<SchemeEstimate> all =
+      estimate_schemes(kind, m, n, k, p1, p2, rank, num_floats, rates);
+  for (const SchemeEstimate& e : all) {
+    if (!e.applicable || !scheme_allowed(e.scheme, compression)) continue;
+    if (best == nullptr || ranks_before(e, *best, rates)) best = &e;
+  }
+  return best ? best->scheme : Scheme::kPS;  // PS serves every layer: never null
 }
 
 }  // namespace poseidon

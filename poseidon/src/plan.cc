@@ -1,6 +1,7 @@
 #include "poseidon/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "poseidon/errors.h"
@@ -35,10 +36,34 @@ size_t Plan::chunk_length(uint64_t num_floats, uint32_t chunk) const {
   return static_cast<size_t>(std::min<uint64_t>(chunk_floats(), num_floats - begin));
 }
 
-size_t LayerPlan::chunk_length(uint32_t chunk) const {
+size_t PlanPart::chunk_length(uint32_t chunk) const {
+  if (chunk >= num_chunks) return 0;
   const uint64_t begin = uint64_t{chunk} * chunk_floats;
-  if (begin >= spec.num_floats) return 0;
-  return static_cast<size_t>(std::min<uint64_t>(chunk_floats, spec.num_floats - begin));
+  if (begin >= num_floats) return 0;
+  return static_cast<size_t>(std::min<uint64_t>(chunk_floats, num_floats - begin));
+}
+
+int LayerPlan::part_of(uint32_t chunk) const {
+  for (size_t p = 0; p < parts.size(); ++p) {
+    if (chunk >= parts[p].first_chunk && chunk - parts[p].first_chunk < parts[p].num_chunks) {
+      return static_cast<int>(p);
+    }
+  }
+  return -1;
+}
+
+size_t LayerPlan::chunk_offset(uint32_t chunk) const {
+  const int p = part_of(chunk);
+  if (p < 0) return static_cast<size_t>(wire_floats);
+  const PlanPart& part = parts[static_cast<size_t>(p)];
+  return static_cast<size_t>(part.offset + uint64_t{chunk - part.first_chunk} * part.chunk_floats);
+}
+
+size_t LayerPlan::chunk_length(uint32_t chunk) const {
+  const int p = part_of(chunk);
+  if (p < 0) return 0;
+  const PlanPart& part = parts[static_cast<size_t>(p)];
+  return part.chunk_length(chunk - part.first_chunk);
 }
 
 size_t min_spread_chunk_bytes(size_t chunk_bytes) {
@@ -56,8 +81,58 @@ uint32_t count_chunks(uint64_t num_floats, size_t chunk_floats) {
   return static_cast<uint32_t>(n);
 }
 
+namespace {
+
+// Note [chunk layout]: at most chunk_bytes each, and enough equal chunks to
+// reach every shard when the part is big enough.
+PlanPart cut_part(uint64_t offset, uint64_t n, size_t chunk_bytes, int num_servers) {
+  PlanPart part;
+  part.offset = offset;
+  part.num_floats = n;
+  uint64_t chunks = count_chunks(n, chunk_bytes / 4);
+  const uint64_t spread = std::min<uint64_t>(static_cast<uint64_t>(num_servers),
+                                             n / (min_spread_chunk_bytes(chunk_bytes) / 4));
+  chunks = std::max(chunks, spread);
+  part.chunk_floats = std::max<uint64_t>(1, (n + chunks - 1) / chunks);
+  part.num_chunks = count_chunks(n, static_cast<size_t>(part.chunk_floats));
+  return part;
+}
+
+// Why `scheme` cannot serve `s` ("" if it can).
+std::string cannot_serve(Scheme scheme, const LayerSpec& s) {
+  if (scheme_applicable(scheme, s.kind, s.m, s.n, s.num_floats)) return "";
+  if (scheme == Scheme::kSFB) {
+    return std::string("SFB needs a fully-connected layer, this one is ") + layer_kind_name(s.kind);
+  }
+  if (scheme == Scheme::kPowerSGD) {
+    return "PowerSGD needs an m x n weight with m >= 2 and n >= 2 within the layer's floats, "
+           "this one has m=" +
+           std::to_string(s.m) + " n=" + std::to_string(s.n) +
+           " num_floats=" + std::to_string(s.num_floats);
+  }
+  return std::string("unknown scheme ") + std::to_string(static_cast<int>(scheme));
+}
+
+void check_settings(int powersgd_rank, const Rates& rates, Compression compression) {
+  if (powersgd_rank < 1) {
+    throw ConfigError("plan: powersgd_rank=" + std::to_string(powersgd_rank) + " (want >= 1)");
+  }
+  for (const double r :
+       {rates.link_bytes_per_s, rates.gemm_flops_per_s, rates.memory_bytes_per_s}) {
+    if (!std::isfinite(r) || r < 0) {
+      throw ConfigError("plan: rate " + std::to_string(r) + " (want >= 0; 0: unknown)");
+    }
+  }
+  if (static_cast<uint8_t>(compression) > static_cast<uint8_t>(Compression::kAuto)) {
+    throw ConfigError("plan: unknown compression " + std::to_string(static_cast<int>(compression)));
+  }
+}
+
+}  // namespace
+
 Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme>& schemes,
-                   int num_workers, int num_servers, size_t chunk_bytes) {
+                   int num_workers, int num_servers, size_t chunk_bytes, int powersgd_rank,
+                   const Rates& rates, Compression compression) {
   if (num_workers < 1 || num_servers < 1 || num_workers > kMaxNodesPerRole ||
       num_servers > kMaxNodesPerRole) {
     throw ConfigError("plan for " + std::to_string(num_workers) + " workers and " +
@@ -68,10 +143,14 @@ Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme
                       " (want a positive multiple of 4)");
   }
   if (specs.size() != schemes.size()) throw ConfigError("plan: one scheme per layer");
+  check_settings(powersgd_rank, rates, compression);
   Plan plan;
   plan.num_workers = num_workers;
   plan.num_servers = num_servers;
   plan.chunk_bytes = chunk_bytes;
+  plan.compression = compression;
+  plan.powersgd_rank = static_cast<uint32_t>(powersgd_rank);
+  plan.rates = rates;
   std::set<uint32_t> seen;
   uint64_t next_chunk = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -80,23 +159,42 @@ Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme
       throw ConfigError("layer id " + std::to_string(s.layer_id) + " declared twice (" + s.name +
                         ")");
     }
-    if (schemes[i] != Scheme::kPS && schemes[i] != Scheme::kSFB) {
-      throw ConfigError("layer " + s.name + ": unknown scheme");
-    }
+    const std::string why = cannot_serve(schemes[i], s);
+    if (!why.empty()) throw ConfigError("layer " + s.debug_string() + ": " + why);
     LayerPlan lp;
     lp.spec = s;
     lp.scheme = schemes[i];
     lp.cost = comm_cost(s.m, s.n, s.k, num_workers, num_servers);
-    if (lp.scheme == Scheme::kPS) {
-      // Note [chunk layout]: at most chunk_bytes each, and enough equal
-      // chunks to reach every shard when the tensor is big enough.
-      const uint64_t n = s.num_floats;
-      uint64_t chunks = count_chunks(n, plan.chunk_floats());
-      const uint64_t spread = std::min<uint64_t>(static_cast<uint64_t>(num_servers),
-                                                 n / (min_spread_chunk_bytes(chunk_bytes) / 4));
-      chunks = std::max(chunks, spread);
-      lp.chunk_floats = std::max<uint64_t>(1, (n + chunks - 1) / chunks);
-      lp.num_chunks = count_chunks(n, static_cast<size_t>(lp.chunk_floats));
+    lp.estimate = estimate_scheme(lp.scheme, s.kind, s.m, s.n, s.k, num_workers, num_servers,
+                                  plan.powersgd_rank, s.num_floats, rates);
+    // Note [plan parts]
+    if (lp.scheme == Scheme::kPS || lp.scheme == Scheme::kBF16) {
+      lp.parts.push_back(cut_part(0, s.num_floats, chunk_bytes, num_servers));
+    } else if (lp.scheme == Scheme::kPowerSGD) {
+      // Applicable, so r <= min(m, n) and r·m, r·n <= m·n <= num_floats: no overflow.
+      lp.rank = static_cast<uint32_t>(lp.estimate.rank);
+      const uint64_t p_floats = uint64_t{lp.rank} * s.m;
+      const uint64_t rest = s.num_floats - s.m * s.n;
+      const uint64_t part0 = p_floats + rest;  // <= num_floats
+      lp.parts.push_back(cut_part(0, part0, chunk_bytes, num_servers));
+      lp.parts.push_back(cut_part(part0, uint64_t{lp.rank} * s.n, chunk_bytes, num_servers));
+    }
+    uint64_t chunks = 0;
+    for (PlanPart& part : lp.parts) {
+      part.first_chunk = static_cast<uint32_t>(chunks);
+      chunks += part.num_chunks;
+      if (chunks > UINT32_MAX) {
+        throw ConfigError("layer " + s.debug_string() +
+                          ": more than 2^32 chunks: raise chunk_bytes");
+      }
+      if (part.offset + part.num_floats < part.offset) {
+        throw ConfigError("layer " + s.debug_string() + ": size overflows");
+      }
+      lp.wire_floats = part.offset + part.num_floats;
+    }
+    if (!lp.parts.empty()) {
+      lp.num_chunks = static_cast<uint32_t>(chunks);
+      lp.chunk_floats = lp.parts[0].chunk_floats;
       lp.first_chunk = next_chunk;
       next_chunk += lp.num_chunks;
     }
@@ -106,20 +204,41 @@ Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme
 }
 
 Plan make_plan(const std::vector<LayerSpec>& specs, int num_workers, int num_servers,
-               size_t chunk_bytes, SchemeChoice cluster_force) {
+               size_t chunk_bytes, SchemeChoice cluster_force, Compression compression,
+               int powersgd_rank, const Rates& rates) {
+  check_settings(powersgd_rank, rates, compression);
   std::vector<Scheme> schemes;
   schemes.reserve(specs.size());
   for (const LayerSpec& s : specs) {
-    SchemeChoice choice = s.force != SchemeChoice::kAuto ? s.force : cluster_force;
-    if (choice == SchemeChoice::kPS) {
-      schemes.push_back(Scheme::kPS);
-    } else if (choice == SchemeChoice::kSFB) {
-      schemes.push_back(Scheme::kSFB);
-    } else {
-      schemes.push_back(best_scheme(s.kind, s.m, s.n, s.k, num_workers, num_servers));
+    const bool own = s.force != SchemeChoice::kAuto;
+    const SchemeChoice choice = own ? s.force : cluster_force;
+    if (choice == SchemeChoice::kAuto) {
+      schemes.push_back(choose_scheme(s.kind, s.m, s.n, s.k, num_workers, num_servers, compression,
+                                      static_cast<uint64_t>(powersgd_rank), s.num_floats, rates));
+      continue;
     }
+    const char* setting = own ? "LayerSpec.force" : "Config.scheme (cluster-wide)";
+    if (static_cast<uint8_t>(choice) > static_cast<uint8_t>(SchemeChoice::kPowerSGD)) {
+      throw ConfigError("layer " + s.debug_string() + ": " + setting + "=" +
+                        std::to_string(static_cast<int>(choice)) + " is no scheme");
+    }
+    const Scheme forced = static_cast<Scheme>(choice);  // same values
+    const std::string why = cannot_serve(forced, s);
+    if (!why.empty()) {
+      throw ConfigError("layer " + s.debug_string() + ": " + setting + "=" + scheme_name(forced) +
+                        " cannot serve it: " + why);
+    }
+    schemes.push_back(forced);
   }
-  return assemble_plan(specs, schemes, num_workers, num_servers, chunk_bytes);
+  return assemble_plan(specs, schemes, num_workers, num_servers, chunk_bytes, powersgd_rank, rates,
+                       compression);
+}
+
+std::vector<SchemeEstimate> layer_estimates(const LayerSpec& spec, int num_workers, int num_servers,
+                                            int powersgd_rank, const Rates& rates) {
+  check_settings(powersgd_rank, rates, Compression::kNone);
+  return estimate_schemes(spec.kind, spec.m, spec.n, spec.k, num_workers, num_servers,
+                          static_cast<uint64_t>(powersgd_rank), spec.num_floats, rates);
 }
 
 }  // namespace poseidon

@@ -72,7 +72,7 @@ TEST(cluster_wide_forced_scheme) {
     o.scheme = force;
     ptest::LocalCluster cluster(o);
     const auto errors = cluster.run_workers([&](Worker& w, int) {
-      LayerSpec s = ptest::ps_layer(0, 10);
+      LayerSpec s = ptest::sfb_layer(0);  // FC: every scheme can serve it
       s.force = SchemeChoice::kAuto;
       const Plan& p = w.plan({s});
       CHECK_EQ(static_cast<int>(p.layers[0].scheme), static_cast<int>(force));

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "check.h"
+#include "poseidon/errors.h"
 #include "poseidon/plan.h"
 
 using namespace poseidon;
@@ -101,13 +102,166 @@ TEST(schemes_and_forcing) {
   CHECK(p.find(7) == nullptr);
   p = make_plan({conv, fc}, 16, 16, 4 << 20, SchemeChoice::kPS);
   CHECK(p.find(5)->scheme == Scheme::kPS);
-  p = make_plan({conv, fc}, 16, 16, 4 << 20, SchemeChoice::kSFB);
-  CHECK(p.find(1)->scheme == Scheme::kSFB);
+  // SFB serves fully-connected layers only: forcing it on a conv is an error
+  // naming the layer and the setting.
+  CHECK_THROWS(
+      make_plan({conv, fc}, 16, 16, 4 << 20, SchemeChoice::kSFB), ConfigError,
+      "layer l1 (layer 1, conv 1000x1, K=1, 1000 floats): Config.scheme (cluster-wide)=SFB "
+      "cannot serve it: SFB needs a fully-connected layer, this one is conv");
   // A per-layer force beats the cluster-wide one.
   conv.force = SchemeChoice::kPS;
   p = make_plan({conv, fc}, 16, 16, 4 << 20, SchemeChoice::kSFB);
   CHECK(p.find(1)->scheme == Scheme::kPS);
   CHECK(p.find(5)->scheme == Scheme::kSFB);
+}
+
+// Note [plan parts]: PS and BF16 one part, PowerSGD two ([P | rest], [Q]),
+// SFB none; chunks numbered through the layer, shards round-robin from the
+// layer's first chunk.
+TEST(powersgd_parts_layout) {
+  LayerSpec first = spec(0, 10);
+  LayerSpec fc = spec(1, 300 * 200 + 300, LayerKind::kFullyConnected);
+  fc.m = 300;
+  fc.n = 200;
+  fc.k = 8;
+  fc.force = SchemeChoice::kPowerSGD;
+  LayerSpec bf = spec(2, 5000);
+  bf.force = SchemeChoice::kBF16;
+  // 4096-byte chunks (1024 floats); the spread floor is 256 bytes (64 floats).
+  const Plan p = make_plan({first, fc, bf}, 2, 3, 4096, SchemeChoice::kAuto, Compression::kNone, 4);
+  CHECK_EQ(p.powersgd_rank, 4u);
+  const LayerPlan& a = *p.find(0);
+  REQUIRE(a.parts.size() == 1);
+  CHECK_EQ(a.wire_floats, uint64_t{10});
+  CHECK_EQ(a.num_chunks, 1u);
+  CHECK_EQ(a.rank, 0u);
+
+  const LayerPlan& l = *p.find(1);
+  CHECK(l.scheme == Scheme::kPowerSGD);
+  CHECK_EQ(l.rank, 4u);
+  REQUIRE(l.parts.size() == 2);
+  // Part 0: P (4·300) and the bias (300), 1500 floats: 2 chunks by size, 3 to
+  // reach the 3 shards: 500 each.
+  CHECK_EQ(l.parts[0].offset, uint64_t{0});
+  CHECK_EQ(l.parts[0].num_floats, uint64_t{1500});
+  CHECK_EQ(l.parts[0].first_chunk, 0u);
+  CHECK_EQ(l.parts[0].num_chunks, 3u);
+  CHECK_EQ(l.parts[0].chunk_floats, uint64_t{500});
+  // Part 1: Q (4·200 = 800): 3 chunks of 267, 267, 266.
+  CHECK_EQ(l.parts[1].offset, uint64_t{1500});
+  CHECK_EQ(l.parts[1].num_floats, uint64_t{800});
+  CHECK_EQ(l.parts[1].first_chunk, 3u);
+  CHECK_EQ(l.parts[1].num_chunks, 3u);
+  CHECK_EQ(l.parts[1].chunk_floats, uint64_t{267});
+  CHECK_EQ(l.wire_floats, uint64_t{2300});
+  CHECK_EQ(l.num_chunks, 6u);
+  CHECK_EQ(l.chunk_floats, uint64_t{500});
+  CHECK_EQ(l.first_chunk, uint64_t{1});  // after layer 0's one chunk
+  CHECK_EQ(l.chunk_offset(2), size_t{1000});
+  CHECK_EQ(l.chunk_offset(3), size_t{1500});
+  CHECK_EQ(l.chunk_offset(5), size_t{2034});
+  CHECK_EQ(l.chunk_length(5), size_t{266});
+  CHECK_EQ(l.chunk_length(6), size_t{0});
+  CHECK_EQ(l.chunk_offset(6), size_t{2300});
+  CHECK_EQ(l.part_of(2), 0);
+  CHECK_EQ(l.part_of(3), 1);
+  CHECK_EQ(l.part_of(6), -1);
+  CHECK_EQ(l.parts[1].chunk_length(2), size_t{266});
+  CHECK_EQ(l.parts[1].chunk_length(3), size_t{0});
+  // Round-robin through the layer's chunks, continuing after layer 0.
+  for (uint32_t c = 0; c < l.num_chunks; ++c)
+    CHECK_EQ(p.shard_of(l, c), static_cast<int>((1 + c) % 3));
+  // The chosen scheme's estimate rides along.
+  CHECK(l.estimate.scheme == Scheme::kPowerSGD);
+  CHECK_EQ(l.estimate.rank, uint64_t{4});
+
+  const LayerPlan& b = *p.find(2);
+  CHECK(b.scheme == Scheme::kBF16);
+  REQUIRE(b.parts.size() == 1);
+  CHECK_EQ(b.wire_floats, uint64_t{5000});  // an fp32 buffer; bf16 only on the wire
+  CHECK_EQ(b.first_chunk, uint64_t{7});
+  CHECK_EQ(b.num_chunks, 5u);
+}
+
+TEST(powersgd_rank_is_clamped_to_the_weight) {
+  LayerSpec s = spec(0, 300 * 3, LayerKind::kConvolution);
+  s.m = 300;
+  s.n = 3;
+  s.force = SchemeChoice::kPowerSGD;
+  const Plan p = make_plan({s}, 2, 2, 1 << 20, SchemeChoice::kAuto, Compression::kNone, 50);
+  const LayerPlan& l = p.layers[0];
+  CHECK_EQ(l.rank, 3u);
+  CHECK_EQ(l.parts[0].num_floats, uint64_t{900});  // P = 300×3, no rest
+  CHECK_EQ(l.parts[1].num_floats, uint64_t{9});    // Q = 3×3
+  CHECK_EQ(l.wire_floats, uint64_t{909});
+}
+
+TEST(sfb_layers_have_no_parts) {
+  LayerSpec fc = spec(5, 4096 * 4096, LayerKind::kFullyConnected);
+  fc.m = 4096;
+  fc.n = 4096;
+  fc.k = 32;
+  const Plan p = make_plan({fc}, 16, 16, 4 << 20, SchemeChoice::kAuto);
+  CHECK(p.layers[0].scheme == Scheme::kSFB);
+  CHECK(p.layers[0].parts.empty());
+  CHECK_EQ(p.layers[0].wire_floats, uint64_t{0});
+  CHECK_EQ(p.layers[0].num_chunks, 0u);
+}
+
+TEST(forced_schemes_must_serve_the_layer) {
+  LayerSpec vec = spec(3, 100);  // a vector: m=100, n=1
+  vec.force = SchemeChoice::kPowerSGD;
+  CHECK_THROWS(make_plan({vec}, 2, 2, 4096, SchemeChoice::kAuto), ConfigError,
+               "layer l3 (layer 3, other 100x1, K=1, 100 floats): LayerSpec.force=PowerSGD cannot "
+               "serve it: PowerSGD needs an m x n weight with m >= 2 and n >= 2");
+  vec.force = SchemeChoice::kAuto;
+  CHECK_THROWS(make_plan({vec}, 2, 2, 4096, SchemeChoice::kPowerSGD), ConfigError,
+               "Config.scheme (cluster-wide)=PowerSGD cannot serve it");
+  // m·n beyond num_floats: not a weight of this layer.
+  LayerSpec big = spec(4, 10, LayerKind::kFullyConnected);
+  big.m = 4;
+  big.n = 4;
+  big.force = SchemeChoice::kPowerSGD;
+  CHECK_THROWS(make_plan({big}, 2, 2, 4096, SchemeChoice::kAuto), ConfigError,
+               "m=4 n=4 num_floats=10");
+  // BF16 serves anything, an empty layer included.
+  vec.force = SchemeChoice::kBF16;
+  CHECK(make_plan({vec, spec(9, 0)}, 2, 2, 4096, SchemeChoice::kBF16).layers[1].scheme ==
+        Scheme::kBF16);
+  CHECK_THROWS(make_plan({spec(0, 8)}, 2, 2, 4096, SchemeChoice::kAuto, Compression::kAuto, 0),
+               ConfigError, "powersgd_rank=0");
+  Rates bad;
+  bad.link_bytes_per_s = -1;
+  CHECK_THROWS(make_plan({spec(0, 8)}, 2, 2, 4096, SchemeChoice::kAuto, Compression::kNone, 4, bad),
+               ConfigError, "want >= 0");
+  // assemble_plan (what a decoded plan goes through) checks too.
+  CHECK_THROWS(assemble_plan({spec(0, 8)}, {Scheme::kSFB}, 2, 2, 4096), ConfigError,
+               "SFB needs a fully-connected layer");
+}
+
+TEST(compression_lets_the_model_pick_lossy_schemes) {
+  LayerSpec conv = spec(1, 512 * 4608 + 512, LayerKind::kConvolution);
+  conv.m = 512;
+  conv.n = 4608;
+  conv.k = 32;
+  const auto pick = [&](Compression c) {
+    return make_plan({conv}, 16, 16, 1 << 20, SchemeChoice::kAuto, c).layers[0].scheme;
+  };
+  CHECK(pick(Compression::kNone) == Scheme::kPS);
+  CHECK(pick(Compression::kBF16) == Scheme::kBF16);
+  CHECK(pick(Compression::kPowerSGD) == Scheme::kPowerSGD);
+  CHECK(pick(Compression::kAuto) == Scheme::kPowerSGD);
+  // A forced choice beats the allowance.
+  conv.force = SchemeChoice::kPS;
+  CHECK(pick(Compression::kAuto) == Scheme::kPS);
+  // Every scheme's estimate, for printing why.
+  const std::vector<SchemeEstimate> all = layer_estimates(conv, 16, 16, 4);
+  REQUIRE(all.size() == 4);
+  CHECK(all[0].scheme == Scheme::kPS && all[0].applicable);
+  CHECK(all[1].scheme == Scheme::kSFB && !all[1].applicable);
+  CHECK(all[2].scheme == Scheme::kBF16 && all[2].applicable);
+  CHECK(all[3].scheme == Scheme::kPowerSGD && all[3].applicable);
+  CHECK_EQ(all[2].wire_bytes * 2, all[0].wire_bytes);
 }
 
 TEST_MAIN()

@@ -15,12 +15,39 @@ enum class Role : uint8_t { kCoordinator = 1, kServer = 2, kWorker = 3 };
 // "coordinator", "server", "worker"; "role?" for anything else.
 const char* role_name(Role role);
 
-// Per-layer communication scheme (docs/paper.md §4).
-enum class Scheme : uint8_t { kPS = 1, kSFB = 2 };
-const char* scheme_name(Scheme scheme);  // "PS" / "SFB"
+// Per-layer communication scheme (docs/paper.md §4; docs/communication.md §5):
+// the paper's exact two, and two lossy ones the user may allow (Compression).
+//   kPS       sharded parameter server, fp32
+//   kSFB      sufficient factors, peer to peer (fully-connected layers only)
+//   kBF16     the parameter server's chunks and shards, bfloat16 on the wire
+//   kPowerSGD rank-r factors P (m×r) and Q (n×r) summed through the shards
+//             in two parts (plan.h, Note [plan parts]); the math is the caller's
+// The values travel in the plan.
+enum class Scheme : uint8_t { kPS = 1, kSFB = 2, kBF16 = 3, kPowerSGD = 4 };
+const char* scheme_name(Scheme scheme);  // "PS", "SFB", "BF16", "PowerSGD"; "scheme?"
 
-// A forced choice: kAuto lets BestScheme decide.
-enum class SchemeChoice : uint8_t { kAuto = 0, kPS = 1, kSFB = 2 };
+// A forced choice (LayerSpec::force, Config::scheme): kAuto lets the cost
+// model decide. A forced scheme must be able to serve the layer.
+enum class SchemeChoice : uint8_t { kAuto = 0, kPS = 1, kSFB = 2, kBF16 = 3, kPowerSGD = 4 };
+
+// Which lossy schemes the cost model may choose (forced choices ignore it):
+// kNone: PS and SFB (the paper's BestScheme); kBF16: also BF16; kPowerSGD:
+// also PowerSGD; kAuto: all four.
+enum class Compression : uint8_t { kNone = 0, kBF16 = 1, kPowerSGD = 2, kAuto = 3 };
+const char* compression_name(Compression compression);  // "none", "bf16", "powersgd", "auto"
+
+// Measured speeds the time-based cost model divides by (cost_model.h); 0
+// means unknown, and an unknown rate's term counts 0 seconds.
+struct Rates {
+  double link_bytes_per_s = 0;    // one node's network link, bytes sent + received
+  double gemm_flops_per_s = 0;    // the GEMMs of SFB's rebuild and of PowerSGD
+  double memory_bytes_per_s = 0;  // streaming passes (conversions, error feedback)
+
+  bool operator==(const Rates& o) const {
+    return link_bytes_per_s == o.link_bytes_per_s && gemm_flops_per_s == o.gemm_flops_per_s &&
+           memory_bytes_per_s == o.memory_bytes_per_s;
+  }
+};
 
 // 1 MiB: a shard answers a chunk only once every worker has pushed it, so a chunk's
 // transfer time is the pipeline's fill and drain; on a 100 Mbit/s link 4 MiB cost
@@ -36,6 +63,9 @@ inline constexpr int kDefaultCommThreads = 2;
 // the send queue's priorities decide what goes on the wire next (tcp_transport.cc).
 inline constexpr size_t kDefaultNotSentLowatBytes = size_t{256} << 10;
 inline constexpr int kMaxCommThreads = 64;
+// PowerSGD's rank r when the user sets none (Vogels et al. 2019 train
+// ResNet-18 and LSTMs with rank 1-4; PyTorch's powerSGD_hook defaults to 1).
+inline constexpr int kDefaultPowerSGDRank = 4;
 inline constexpr int kMaxNodesPerRole = 4096;
 
 struct Config {
@@ -81,6 +111,12 @@ struct Config {
   // Coordinator only: force every layer to one scheme (per-layer forces in
   // LayerSpec take precedence).
   SchemeChoice scheme = SchemeChoice::kAuto;
+  // Coordinator only: the lossy schemes the cost model may pick, PowerSGD's
+  // rank r (>= 1; a layer uses min(r, m, n)), and the measured rates of the
+  // time-based model (0: unknown). All three travel in the plan.
+  Compression compression = Compression::kNone;
+  int powersgd_rank = kDefaultPowerSGDRank;
+  Rates rates;
   bool verbose = false;  // log connection and plan events to stderr
 
   // Throws ConfigError naming the first bad field and its value.

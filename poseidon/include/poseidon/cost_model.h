@@ -2,10 +2,13 @@
 // The cost model of docs/paper.md §4 (Poseidon, ATC'17): how many numbers one
 // node sends plus receives per iteration to synchronise one M×N layer, under
 // the sharded parameter server (PS) and under sufficient-factor broadcasting
-// (SFB), and BestScheme, which picks the cheaper one. This file is the only
-// place the formula lives; docs/communication.md shows the same formula.
+// (SFB), and BestScheme, which picks the cheaper one; then the time-based
+// model that also weighs two lossy schemes, BF16 and PowerSGD (Note [time
+// model]). This file is the only place the formulas live;
+// docs/communication.md §5 shows the same formulas.
 
 #include <cstdint>
+#include <vector>
 
 #include "poseidon/config.h"
 
@@ -40,5 +43,67 @@ Scheme best_scheme(LayerKind kind, uint64_t m, uint64_t n, uint64_t k, int64_t p
 // "SFB wins while P <= this" in docs/paper.md §4; 1 if SFB loses already at 2;
 // max_p if it still wins there. Uses best_scheme itself, so both agree.
 int64_t sfb_crossover_workers(uint64_t m, uint64_t n, uint64_t k, int64_t max_p = 1 << 20);
+
+// Note [time model]: beyond the paper, each scheme's cost for one M×N layer
+// per node per iteration is three amounts, and a predicted time:
+//   wire_bytes    sent + received, in the colocated accounting of
+//                 ps_colocated_floats (a worker and a shard on every node)
+//   flops         GEMM work the scheme adds to plain training
+//   memory_bytes  streaming passes over memory the scheme adds
+//   seconds       wire_bytes/link + flops/gemm + memory_bytes/memory (Rates);
+//                 an unknown rate (0) contributes 0 s
+// With r = min(rank, M, N) and c = (P1+P2−2)/P2 (the colocated PS factor):
+//   PS        4·2·M·N·c         0                  0
+//   BF16      2·2·M·N·c         0                  12·M·N (fp32->bf16 before the push: read 4
+//                                                  + write 2 bytes per float; bf16->fp32 after
+//                                                  the pull: read 2 + write 4)
+//   SFB       4·2·K·(P1−1)·(M+N) 2·M·N·K·(P1−1)    0 (rebuilding the other workers' M×N
+//                                                  updates from their factors)
+//   PowerSGD  4·2·r·(M+N)·c     6·M·N·r + 4·M·r²   12·M·N (error feedback: three fp32 passes
+//                                                  over M·N; three GEMMs, orthogonalising P)
+// Like the paper, biases (a layer's floats beyond M·N) are left out. The
+// pick (choose_scheme) ranks the applicable and allowed schemes by seconds,
+// or by wire_bytes alone when the link rate is unknown; ties go to the first
+// of SFB, PS, BF16, PowerSGD — so with no rates and Compression::kNone the
+// pick is best_scheme's, ties included (exact before lossy, and SFB on <=).
+
+// Whether `scheme` can serve a layer: PS and BF16 any layer; SFB a
+// fully-connected one; PowerSGD an m×n weight with m >= 2 and n >= 2 inside
+// the layer's num_floats (the rest, e.g. a bias, stays exact).
+bool scheme_applicable(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uint64_t num_floats);
+// Whether `compression` lets the cost model pick `scheme` (PS and SFB always).
+bool scheme_allowed(Scheme scheme, Compression compression);
+// The rank a PowerSGD layer really uses: min(rank, m, n).
+uint64_t powersgd_effective_rank(uint64_t rank, uint64_t m, uint64_t n);
+
+// One scheme's cost for one layer (Note [time model]).
+struct SchemeEstimate {
+  Scheme scheme = Scheme::kPS;
+  bool applicable = false;  // scheme_applicable (the amounts are computed either way)
+  uint64_t rank = 0;        // PowerSGD: min(rank, m, n); else 0
+  double wire_bytes = 0;    // sent + received per node per iteration
+  double flops = 0;         // extra GEMM flops per node per iteration
+  double memory_bytes = 0;  // extra memory traffic per node per iteration
+  double seconds = 0;       // predicted; unknown rates count 0
+};
+
+// The estimate of `scheme` for a layer of `kind` with an m×n weight, k
+// samples per worker, `num_floats` floats in all, P1 workers, P2 shards and
+// PowerSGD rank `rank`. Requires P1, P2 >= 1 (ConfigError). Pure.
+SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
+                               int64_t p1, int64_t p2, uint64_t rank, uint64_t num_floats,
+                               const Rates& rates);
+// All four, in Scheme order (PS, SFB, BF16, PowerSGD).
+std::vector<SchemeEstimate> estimate_schemes(LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
+                                             int64_t p1, int64_t p2, uint64_t rank,
+                                             uint64_t num_floats, const Rates& rates);
+// True if `a` ranks before `b` (Note [time model]: seconds, or wire_bytes
+// when rates.link_bytes_per_s is 0; ties by SFB, PS, BF16, PowerSGD).
+bool ranks_before(const SchemeEstimate& a, const SchemeEstimate& b, const Rates& rates);
+// The model's pick among the schemes applicable to the layer and allowed by
+// `compression` (PS always is). Pure.
+Scheme choose_scheme(LayerKind kind, uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2,
+                     Compression compression, uint64_t rank, uint64_t num_floats,
+                     const Rates& rates);
 
 }  // namespace poseidon

@@ -1,6 +1,7 @@
 #pragma once
-// The per-layer plan: which scheme synchronises each layer, and how PS layers
-// are cut into chunks and spread over the shards. The coordinator builds it
+// The per-layer plan: which scheme synchronises each layer, and how the
+// layers that go through the shards (PS, BF16, PowerSGD) are cut into parts
+// and chunks and spread over the shards. The coordinator builds it
 // once from the workers' layer specs and sends the same bytes to every node,
 // so every node derives the same chunk -> shard map: order and placement are
 // fixed by construction, never negotiated while training.
@@ -39,21 +40,55 @@ inline constexpr size_t kMinSpreadChunkBytes = size_t{64} << 10;
 inline constexpr size_t kSpreadChunksPerChunk = 16;
 size_t min_spread_chunk_bytes(size_t chunk_bytes);  // min(64 KiB, chunk_bytes / 16), >= 4
 
+// Note [plan parts]: a layer that goes through the shards registers one
+// fp32 buffer of wire_floats floats (Worker::register_layer), made of parts;
+// push_pull(layer, t, part) pushes one part's chunks and completes when
+// their sums are back, and a layer's calls go (t, 0), (t, 1), ..., (t+1, 0):
+//   PS, BF16   one part, the layer's num_floats floats (BF16: bfloat16 on
+//              the wire, fp32 in the buffer)
+//   PowerSGD   part 0 = [P | rest]: r·m floats of P (m×r), then the
+//              num_floats − m·n floats of the layer past its m×n weight (e.g.
+//              the bias), summed exactly; part 1 = [Q]: r·n floats of Q (n×r);
+//              r = min(rank, m, n). The core only sums them; computing P and
+//              Q (and what they sum to) is the caller's.
+//   SFB        no part (wire_floats 0): factors go peer to peer
+// Each part is cut into chunks on its own (Note [chunk layout]); a layer's
+// chunks are numbered through its parts, part 0's first, and chunk c of the
+// layer goes to shard (first_chunk + c) mod P2.
+struct PlanPart {
+  uint64_t offset = 0;        // first float within the registered buffer
+  uint64_t num_floats = 0;    // length
+  uint32_t first_chunk = 0;   // index of its chunk 0 among the layer's chunks
+  uint32_t num_chunks = 0;    // at least 1
+  uint64_t chunk_floats = 0;  // floats per chunk (the last may be shorter)
+
+  // Length of the part's own chunk `chunk`; 0 past the end.
+  size_t chunk_length(uint32_t chunk) const;
+};
+
 struct LayerPlan {
   LayerSpec spec;
   Scheme scheme = Scheme::kPS;
-  CommCost cost;              // per iteration, see cost_model.h
-  uint64_t first_chunk = 0;   // PS: global index of chunk 0 (chunks go round-robin)
-  uint32_t num_chunks = 0;    // PS: see Note [chunk layout]; SFB: 0
-  uint64_t chunk_floats = 0;  // PS: floats per chunk (the last may be shorter)
+  CommCost cost;                // per iteration, see cost_model.h
+  SchemeEstimate estimate;      // the chosen scheme's, see cost_model.h Note [time model]
+  uint32_t rank = 0;            // PowerSGD: min(rank, m, n); else 0
+  uint64_t wire_floats = 0;     // floats of the registered buffer (Note [plan parts]); SFB: 0
+  std::vector<PlanPart> parts;  // Note [plan parts]; SFB: none
+  uint64_t first_chunk = 0;     // global index of the layer's chunk 0 (chunks go round-robin)
+  uint32_t num_chunks = 0;      // over all parts, see Note [chunk layout]; SFB: 0
+  uint64_t chunk_floats = 0;    // part 0's floats per chunk (PS, BF16: the layer's)
 
-  size_t chunk_offset(uint32_t chunk) const { return static_cast<size_t>(chunk * chunk_floats); }
+  // Where the layer's chunk `chunk` lies in the registered buffer: its part's
+  // offset plus its place in the part; wire_floats past the end.
+  size_t chunk_offset(uint32_t chunk) const;
   size_t chunk_length(uint32_t chunk) const;  // 0 past the end
+  // The part that holds the layer's chunk `chunk`; -1 past the end.
+  int part_of(uint32_t chunk) const;
 };
 
-// Note [chunk layout]: a PS tensor of n floats is cut into chunks of equal
-// size (the last may be shorter) of at most chunk_bytes, and into at least
-// min(P2, n·4 / min_spread_chunk_bytes(chunk_bytes)) of them, so that a tensor smaller than
+// Note [chunk layout]: a part (Note [plan parts]; a PS layer's one part is its tensor) of n floats
+// is cut into chunks of equal size (the last may be shorter) of at most chunk_bytes, and into at
+// least min(P2, n·4 / min_spread_chunk_bytes(chunk_bytes)) of them, so that a tensor smaller than
 // P2 chunks still spreads over the shards (a 4 MB layer on 4 shards is 4
 // chunks of 1 MB, not 1 chunk on one shard). An empty tensor is one empty
 // chunk: it still makes a round.
@@ -62,13 +97,18 @@ struct Plan {
   int num_workers = 0;
   int num_servers = 0;
   size_t chunk_bytes = 0;
+  // What the coordinator decided with (they travel in the plan, so every
+  // node derives the same layout and estimates).
+  Compression compression = Compression::kNone;
+  uint32_t powersgd_rank = kDefaultPowerSGDRank;  // as asked; layers use min(r, m, n)
+  Rates rates;
   std::vector<LayerPlan> layers;  // declaration order
 
   // The chunk size of SFB factors, and the upper bound of PS chunks.
   size_t chunk_floats() const { return chunk_bytes / 4; }
   // nullptr when the layer is not in the plan. Thread-safe (const).
   const LayerPlan* find(uint32_t layer_id) const;
-  // Shard that owns chunk `chunk` of a PS layer: (first_chunk + chunk) % P2.
+  // Shard that owns the layer's chunk `chunk`: (first_chunk + chunk) % P2.
   int shard_of(const LayerPlan& layer, uint32_t chunk) const;
   // First float and length of chunk `chunk` of an SFB factor of `num_floats`
   // (cut at chunk_floats(); PS layers use LayerPlan's own chunking).
@@ -80,15 +120,30 @@ struct Plan {
 // zero-length tensor still makes one (empty) synchronised round.
 uint32_t count_chunks(uint64_t num_floats, size_t chunk_floats);
 
-// Chooses each layer's scheme (per-layer force, else `cluster_force`, else
-// best_scheme) and lays out the chunks. Throws ConfigError on duplicate
-// layer ids or sizes that overflow. Non-blocking, thread-safe.
+// Chooses each layer's scheme — its LayerSpec::force, else `cluster_force`
+// (Config::scheme), else the cost model's pick among the schemes
+// `compression` allows (choose_scheme; with kNone and no rates, BestScheme)
+// — and lays out parts and chunks. Throws ConfigError on duplicate layer ids,
+// sizes that overflow, powersgd_rank < 1, a negative or non-finite rate, or a
+// forced scheme the layer cannot serve (naming the layer and the setting).
+// Non-blocking, thread-safe.
 Plan make_plan(const std::vector<LayerSpec>& specs, int num_workers, int num_servers,
-               size_t chunk_bytes, SchemeChoice cluster_force);
+               size_t chunk_bytes, SchemeChoice cluster_force,
+               Compression compression = Compression::kNone,
+               int powersgd_rank = kDefaultPowerSGDRank, const Rates& rates = {});
 
 // Rebuilds a plan from decided schemes (what travels on the wire); derives
-// costs and the chunk layout with the same code as make_plan.
+// costs, estimates, parts and chunks with the same code as make_plan. Throws
+// ConfigError as make_plan, and for a scheme the layer cannot serve.
 Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme>& schemes,
-                   int num_workers, int num_servers, size_t chunk_bytes);
+                   int num_workers, int num_servers, size_t chunk_bytes,
+                   int powersgd_rank = kDefaultPowerSGDRank, const Rates& rates = {},
+                   Compression compression = Compression::kNone);
+
+// Every scheme's estimate for one layer (cost_model.h, estimate_schemes), in
+// Scheme order: what `poseidon plan` prints to say why a scheme won.
+std::vector<SchemeEstimate> layer_estimates(const LayerSpec& spec, int num_workers, int num_servers,
+                                            int powersgd_rank = kDefaultPowerSGDRank,
+                                            const Rates& rates = {});
 
 }  // namespace poseidon
