@@ -52,6 +52,8 @@ bool known_type(uint16_t t) {
     case FrameType::kFactor:
     case FrameType::kPushInPlace:
     case FrameType::kPullDone:
+    case FrameType::kPush16:
+    case FrameType::kPullReply16:
       return true;
   }
   return false;
@@ -105,12 +107,20 @@ std::string frame_type_name(uint16_t type) {
       return "PUSH_IN_PLACE";
     case FrameType::kPullDone:
       return "PULL_DONE";
+    case FrameType::kPush16:
+      return "PUSH16";
+    case FrameType::kPullReply16:
+      return "PULL_REPLY16";
   }
   return "TYPE(" + std::to_string(type) + ")";
 }
 
 bool is_data_frame(FrameType type) {
   return type == FrameType::kPush || type == FrameType::kPullReply || type == FrameType::kFactor;
+}
+
+bool is_bf16_frame(FrameType type) {
+  return type == FrameType::kPush16 || type == FrameType::kPullReply16;
 }
 
 std::string FrameHeader::debug_string() const {
@@ -175,6 +185,10 @@ std::string decode_header(const uint8_t* b, size_t size, size_t max_payload_byte
   h.payload_bytes = payload;
   if (is_data_frame(h.type) && payload % 4 != 0) {
     return "data frame payload of " + std::to_string(payload) + " bytes is not whole floats";
+  }
+  if (is_bf16_frame(h.type) && payload % 2 != 0) {
+    return frame_type_name(type) + " payload of " + std::to_string(payload) +
+           " bytes is not whole bf16 values";
   }
   if ((h.type == FrameType::kPushInPlace || h.type == FrameType::kPullDone) && payload != 0) {
     return frame_type_name(type) + " with a payload of " + std::to_string(payload) + " bytes";

@@ -1,5 +1,7 @@
 #include "poseidon/internal/messages.h"
 
+#include <utility>
+
 #include "poseidon/errors.h"
 #include "poseidon/internal/wire.h"
 
@@ -29,7 +31,8 @@ LayerSpec get_spec(ByteReader& r) {
     throw ProtocolError("layer spec: unknown layer kind " + std::to_string(kind));
   s.kind = static_cast<LayerKind>(kind);
   const uint8_t force = r.u8();
-  if (force > 2) throw ProtocolError("layer spec: unknown scheme choice " + std::to_string(force));
+  if (force > static_cast<uint8_t>(SchemeChoice::kPowerSGD))
+    throw ProtocolError("layer spec: unknown scheme choice " + std::to_string(force));
   s.force = static_cast<SchemeChoice>(force);
   s.m = r.u64();
   s.n = r.u64();
@@ -102,15 +105,28 @@ std::vector<LayerSpec> decode_layer_specs(const uint8_t* data, size_t size) {
   return out;
 }
 
+// Note [plan message]: P1, P2, chunk_bytes, PowerSGD's rank, the
+// compression allowed and the three rates; then per layer its spec, its
+// scheme, its rank and its wire_floats. A node rebuilds parts and chunks from
+// these with assemble_plan (the coordinator's code), and the rank and
+// wire_floats sent must equal the rebuilt ones: a plan that does not add up
+// is refused rather than trusted.
 std::vector<uint8_t> encode_plan(const Plan& m) {
   ByteWriter w;
   w.u32(static_cast<uint32_t>(m.num_workers));
   w.u32(static_cast<uint32_t>(m.num_servers));
   w.u64(m.chunk_bytes);
+  w.u32(m.powersgd_rank);
+  w.u8(static_cast<uint8_t>(m.compression));
+  w.f64(m.rates.link_bytes_per_s);
+  w.f64(m.rates.gemm_flops_per_s);
+  w.f64(m.rates.memory_bytes_per_s);
   w.u32(static_cast<uint32_t>(m.layers.size()));
   for (const LayerPlan& l : m.layers) {
     put_spec(w, l.spec);
     w.u8(static_cast<uint8_t>(l.scheme));
+    w.u32(l.rank);
+    w.u64(l.wire_floats);
   }
   return w.take();
 }
@@ -127,23 +143,55 @@ Plan decode_plan(const uint8_t* data, size_t size) {
   if (chunk_bytes < 4 || chunk_bytes % 4 != 0 || chunk_bytes > (uint64_t{1} << 40)) {
     throw ProtocolError("PLAN: chunk_bytes=" + std::to_string(chunk_bytes));
   }
-  const size_t n = r.count(kMinLayerSpecBytes + 1);
+  const uint32_t rank = r.u32();
+  if (rank < 1 || rank > INT32_MAX) {
+    throw ProtocolError("PLAN: powersgd_rank=" + std::to_string(rank) + " (want >= 1)");
+  }
+  const uint8_t compression = r.u8();
+  if (compression > static_cast<uint8_t>(Compression::kAuto)) {
+    throw ProtocolError("PLAN: unknown compression " + std::to_string(compression));
+  }
+  Rates rates;
+  rates.link_bytes_per_s = r.f64();
+  rates.gemm_flops_per_s = r.f64();
+  rates.memory_bytes_per_s = r.f64();
+  const size_t n = r.count(kMinLayerSpecBytes + 1 + 4 + 8);
   std::vector<LayerSpec> specs;
   std::vector<Scheme> schemes;
+  std::vector<std::pair<uint32_t, uint64_t>> sizes;  // rank, wire_floats as sent
   for (size_t i = 0; i < n; ++i) {
     specs.push_back(get_spec(r));
     const uint8_t scheme = r.u8();
-    if (scheme != 1 && scheme != 2)
-      throw ProtocolError("PLAN: unknown scheme " + std::to_string(scheme));
+    if (scheme < static_cast<uint8_t>(Scheme::kPS) ||
+        scheme > static_cast<uint8_t>(Scheme::kPowerSGD)) {
+      throw ProtocolError("PLAN: layer " + specs.back().name + ": unknown scheme " +
+                          std::to_string(scheme));
+    }
     schemes.push_back(static_cast<Scheme>(scheme));
+    const uint32_t layer_rank = r.u32();
+    const uint64_t wire_floats = r.u64();
+    sizes.emplace_back(layer_rank, wire_floats);
   }
   r.expect_end();
+  Plan plan;
   try {
-    return assemble_plan(specs, schemes, static_cast<int>(p1), static_cast<int>(p2),
-                         static_cast<size_t>(chunk_bytes));
+    plan = assemble_plan(specs, schemes, static_cast<int>(p1), static_cast<int>(p2),
+                         static_cast<size_t>(chunk_bytes), static_cast<int>(rank), rates,
+                         static_cast<Compression>(compression));
   } catch (const ConfigError& e) {
     throw ProtocolError(std::string("PLAN: ") + e.what());
   }
+  for (size_t i = 0; i < n; ++i) {
+    const LayerPlan& l = plan.layers[i];
+    if (l.rank != sizes[i].first || l.wire_floats != sizes[i].second) {
+      throw ProtocolError("PLAN: layer " + l.spec.debug_string() + " (" + scheme_name(l.scheme) +
+                          "): rank " + std::to_string(sizes[i].first) + " and " +
+                          std::to_string(sizes[i].second) + " wire floats sent, the layout gives " +
+                          "rank " + std::to_string(l.rank) + " and " +
+                          std::to_string(l.wire_floats));
+    }
+  }
+  return plan;
 }
 
 std::vector<uint8_t> encode_failure(const Failure& m) {

@@ -38,7 +38,7 @@ TEST(header_round_trip) {
   encode_header(h, b);
   // Magic is "PSDN" on the wire: little-endian bytes, independent of the host.
   CHECK_EQ(std::string(reinterpret_cast<char*>(b), 4), std::string("PSDN"));
-  CHECK_EQ(b[4], 1);  // version, little-endian
+  CHECK_EQ(b[4], 2);  // version 2 (PUSH16 / PULL_REPLY16, the plan's parts), little-endian
   CHECK_EQ(b[5], 0);
   FrameHeader d;
   CHECK_EQ(decode(b, sizeof b, 1 << 20, &d), std::string());
@@ -95,6 +95,21 @@ TEST(header_rejections) {
   odd.type = FrameType::kPlan;
   encode_header(odd, bad);
   CHECK_EQ(decode(bad, sizeof bad, 1 << 20, &d), std::string());
+
+  // bf16 frames: whole 2-byte values, so an even count that is not whole
+  // floats is fine, an odd one is not.
+  for (FrameType t : {FrameType::kPush16, FrameType::kPullReply16}) {
+    FrameHeader h16 = sample();
+    h16.type = t;
+    h16.payload_bytes = 4098;
+    encode_header(h16, bad);
+    CHECK_EQ(decode(bad, sizeof bad, 1 << 20, &d), std::string());
+    h16.payload_bytes = 4097;
+    encode_header(h16, bad);
+    CHECK_CONTAINS(decode(bad, sizeof bad, 1 << 20, &d), "4097 bytes is not whole bf16 values");
+  }
+  CHECK_EQ(frame_type_name(35), std::string("PUSH16"));
+  CHECK_EQ(frame_type_name(36), std::string("PULL_REPLY16"));
 
   // The in-process notices carry nothing.
   for (FrameType t : {FrameType::kPushInPlace, FrameType::kPullDone}) {
@@ -196,6 +211,122 @@ TEST(message_rejections) {
   CHECK_THROWS(decode_layer_specs(lb.data(), lb.size()), ProtocolError, "unknown layer kind 9");
   // Two layers with one id: the plan refuses it.
   CHECK_THROWS(make_plan({s, s}, 1, 1, 1024, SchemeChoice::kAuto), ConfigError, "declared twice");
+}
+
+namespace {
+
+// A plan of one conv layer per scheme the layer can take, with every setting
+// away from its default.
+Plan every_scheme_plan() {
+  LayerSpec conv;
+  conv.layer_id = 1;
+  conv.name = "conv1";
+  conv.kind = LayerKind::kConvolution;
+  conv.m = 64;
+  conv.n = 27;
+  conv.k = 8;
+  conv.num_floats = 64 * 27 + 64;
+  conv.force = SchemeChoice::kPowerSGD;
+  LayerSpec bf = conv;
+  bf.layer_id = 2;
+  bf.name = "conv2";
+  bf.force = SchemeChoice::kBF16;
+  LayerSpec ps = conv;
+  ps.layer_id = 3;
+  ps.name = "conv3";
+  ps.force = SchemeChoice::kAuto;
+  Rates rates;
+  rates.link_bytes_per_s = 1.25e9;
+  rates.gemm_flops_per_s = 1e13;
+  rates.memory_bytes_per_s = 5e11;
+  return make_plan({conv, bf, ps}, 3, 2, 4096, SchemeChoice::kAuto, Compression::kBF16, 7, rates);
+}
+
+// Offset of the first layer's scheme byte in an encoded plan whose first
+// layer is named `name` (Note [plan message]).
+size_t first_scheme_byte(const std::string& name) {
+  const size_t head = 4 + 4 + 8 + 4 + 1 + 3 * 8 + 4;
+  return head + 4 + 4 + name.size() + 1 + 1 + 4 * 8;
+}
+
+}  // namespace
+
+TEST(plan_round_trip_with_every_scheme) {
+  const Plan plan = every_scheme_plan();
+  REQUIRE(plan.layers.size() == 3);
+  CHECK(plan.layers[0].scheme == Scheme::kPowerSGD);
+  CHECK(plan.layers[1].scheme == Scheme::kBF16);
+  CHECK(plan.layers[2].scheme == Scheme::kBF16);  // allowed, and half PS's bytes
+  const auto bytes = encode_plan(plan);
+  const Plan p = decode_plan(bytes.data(), bytes.size());
+  CHECK_EQ(p.powersgd_rank, 7u);
+  CHECK(p.compression == Compression::kBF16);
+  CHECK(p.rates == plan.rates);
+  REQUIRE(p.layers.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    const LayerPlan& a = plan.layers[i];
+    const LayerPlan& b = p.layers[i];
+    CHECK(a.spec == b.spec);
+    CHECK(a.scheme == b.scheme);
+    CHECK_EQ(a.rank, b.rank);
+    CHECK_EQ(a.wire_floats, b.wire_floats);
+    CHECK_EQ(a.first_chunk, b.first_chunk);
+    CHECK_EQ(a.num_chunks, b.num_chunks);
+    REQUIRE(a.parts.size() == b.parts.size());
+    for (size_t j = 0; j < a.parts.size(); ++j) {
+      CHECK_EQ(a.parts[j].offset, b.parts[j].offset);
+      CHECK_EQ(a.parts[j].num_chunks, b.parts[j].num_chunks);
+      CHECK_EQ(a.parts[j].chunk_floats, b.parts[j].chunk_floats);
+    }
+    CHECK_EQ(a.estimate.seconds, b.estimate.seconds);
+  }
+  CHECK_EQ(p.layers[0].rank, 7u);
+  CHECK_EQ(p.layers[0].wire_floats, uint64_t{7 * 64 + 64 + 7 * 27});
+}
+
+TEST(plan_rejections) {
+  const Plan plan = every_scheme_plan();
+  const auto good = encode_plan(plan);
+  const size_t scheme_at = first_scheme_byte("conv1");
+  REQUIRE(good[scheme_at] == static_cast<uint8_t>(Scheme::kPowerSGD));
+  auto b = good;
+  b[scheme_at] = 9;
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "layer conv1: unknown scheme 9");
+  b = good;
+  b[scheme_at] = 0;
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "unknown scheme 0");
+  // SFB on a conv layer: the plan's own rules refuse it.
+  b = good;
+  b[scheme_at] = static_cast<uint8_t>(Scheme::kSFB);
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "SFB needs a fully-connected layer");
+  // Rank 0 (the u32 after chunk_bytes).
+  b = good;
+  b[16] = 0;
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "powersgd_rank=0");
+  // An unknown compression.
+  b = good;
+  b[20] = 4;
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "unknown compression 4");
+  // A negative rate.
+  b = good;
+  b[21 + 7] = 0xC0;  // sign bit of the link rate
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "want >= 0");
+  // Sizes that do not add up: the layer's rank, then its wire_floats.
+  b = good;
+  b[scheme_at + 1] = 6;
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError,
+               "rank 6 and 701 wire floats sent, the layout gives rank 7 and 701");
+  b = good;
+  b[scheme_at + 5] = 0;
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "the layout gives rank 7 and 701");
+  // An unknown per-layer force in a spec.
+  b = good;
+  b[scheme_at - 33] = 5;
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "unknown scheme choice 5");
+  // A truncated plan.
+  b = good;
+  b.pop_back();
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "PLAN");
 }
 
 TEST(constant_time_compare) {

@@ -2,7 +2,8 @@
 // The wire frame: a fixed 48-byte little-endian header followed by
 // `payload_bytes` of payload. Data payloads (pushes, sums, factors) are raw
 // float32 arrays written straight from and read straight into registered
-// buffers; control payloads are small messages (messages.h).
+// buffers, or bfloat16 arrays for the BF16 scheme (internal/bf16.h);
+// control payloads are small messages (messages.h).
 //
 //   offset size field
 //        0    4 magic          kFrameMagic ("PSDN")
@@ -30,7 +31,8 @@
 namespace poseidon {
 
 inline constexpr uint32_t kFrameMagic = 0x4E445350;  // bytes "PSDN" on the wire
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: PUSH16 / PULL_REPLY16, and the plan carries parts, PowerSGD ranks and rates.
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kFrameHeaderBytes = 48;
 // Limit for frames a connection may send before it has been authenticated.
 inline constexpr size_t kMaxHelloBytes = 1024;
@@ -64,6 +66,10 @@ enum class FrameType : uint16_t {
   // Refused on any connection but a shard's in-process door.
   kPushInPlace = 33,  // worker -> its colocated shard
   kPullDone = 34,     // colocated shard -> its worker
+  // The BF16 scheme's PUSH and PULL_REPLY: the same chunks, bfloat16 on the
+  // wire (2 bytes per float; internal/bf16.h).
+  kPush16 = 35,       // worker -> server: chunk of a gradient, bf16
+  kPullReply16 = 36,  // server -> worker: bf16 of the fp32 sum of a chunk
 };
 
 // "PUSH", "PULL_REPLY", ...; "TYPE(n)" for unknown values.
@@ -71,6 +77,8 @@ std::string frame_type_name(uint16_t type);
 // True for kPush, kPullReply and kFactor: payload is float32, bytes % 4 == 0.
 // (kPushInPlace and kPullDone carry no payload: the decoder rejects one.)
 bool is_data_frame(FrameType type);
+// True for kPush16 and kPullReply16: payload is bfloat16, bytes % 2 == 0.
+bool is_bf16_frame(FrameType type);
 
 struct FrameHeader {
   FrameType type = FrameType::kHello;
@@ -95,7 +103,8 @@ void encode_header(const FrameHeader& header, uint8_t* out);
 // 7 (this node speaks 1)", "payload of N bytes exceeds the limit of M",
 // ...). Rejects: size != kFrameHeaderBytes, wrong magic or version, nonzero
 // flags/reserved, unknown type or role, payload_bytes > max_payload_bytes,
-// data frames whose payload is not a whole number of floats.
+// data frames whose payload is not a whole number of floats (of bf16 values
+// for PUSH16 / PULL_REPLY16).
 // Non-blocking, thread-safe, never reads outside [bytes, bytes + size).
 std::string decode_header(const uint8_t* bytes, size_t size, size_t max_payload_bytes,
                           FrameHeader* out);
