@@ -10,6 +10,7 @@
 
 #include "poseidon/internal/abort_signal.h"
 #include "poseidon/internal/acceptor.h"
+#include "poseidon/internal/bf16.h"
 #include "poseidon/internal/chunk_round.h"
 #include "poseidon/internal/colocated.h"
 #include "poseidon/internal/coordinator_client.h"
@@ -198,7 +199,7 @@ void KVServer::Impl::on_peer(std::unique_ptr<Connection> conn, const NodeId& id,
           on_push_in_place(self_peer, h);
           return;
         }
-        if (h.type != FrameType::kPush) {
+        if (h.type != FrameType::kPush && h.type != FrameType::kPush16) {
           reject("unexpected " + frame_type_name(static_cast<uint16_t>(h.type)) +
                  " at a server shard");
         }
@@ -230,7 +231,7 @@ void KVServer::Impl::build_slots(const Plan& plan) {
   for (const LayerPlan& lp : plan_.layers) {
     LayerSlots ls;
     ls.plan = &lp;
-    if (lp.scheme == Scheme::kPS) {
+    if (through_shards(lp.scheme)) {
       ls.by_chunk.assign(lp.num_chunks, nullptr);
       for (uint32_t c = 0; c < lp.num_chunks; ++c) {
         if (plan_.shard_of(lp, c) != config_.rank) continue;
@@ -238,7 +239,9 @@ void KVServer::Impl::build_slots(const Plan& plan) {
         slot->layer = &lp;
         slot->chunk = c;
         slot->floats = lp.chunk_length(c);
+        slot->bf16 = lp.scheme == Scheme::kBF16;
         slot->sum.assign(slot->floats, 0.0f);  // allocated once, reused every round
+        if (slot->bf16) slot->sum16.assign(slot->floats, 0);
         slot->pushed.assign(static_cast<size_t>(plan_.num_workers), 0);
         slot->reply_to.resize(static_cast<size_t>(plan_.num_workers));
         ls.by_chunk[c] = slot.get();
@@ -256,7 +259,7 @@ ChunkRound* KVServer::Impl::find_round(const FrameHeader& h, const std::string& 
   if (lit == layers_.end())
     reject(push + ": layer " + std::to_string(h.layer) + " is not in the plan");
   const LayerSlots& ls = lit->second;
-  if (ls.plan->scheme != Scheme::kPS)
+  if (!through_shards(ls.plan->scheme))
     reject(push + ": layer " + ls.plan->spec.name + " is synchronised by SFB, not by the servers");
   if (h.chunk >= ls.plan->num_chunks) {
     reject(push + ": chunk out of range (layer " + ls.plan->spec.name + " has " +
@@ -336,10 +339,17 @@ void KVServer::Impl::on_push(const std::shared_ptr<Peer>& peer, const FrameHeade
                            " chunk " + std::to_string(h.chunk) + " iteration " +
                            std::to_string(h.iteration);
   ChunkRound* slot = find_round(h, push);
-  const uint64_t want = uint64_t{slot->floats} * 4;
+  if (is_bf16_frame(h.type) != slot->bf16) {
+    reject(push + ": layer " + slot->layer->spec.name + " is synchronised by " +
+           scheme_name(slot->layer->scheme) + ": want " + (slot->bf16 ? "PUSH16" : "PUSH") +
+           ", got " + frame_type_name(static_cast<uint16_t>(h.type)));
+  }
+  const size_t unit = slot->bf16 ? 2 : 4;  // bytes per float on the wire
+  const uint64_t want = uint64_t{slot->floats} * unit;
   if (h.payload_bytes != want) {
     reject(push + ": size mismatch: " + std::to_string(h.payload_bytes) + " bytes, the chunk is " +
-           std::to_string(want) + " bytes (" + std::to_string(slot->floats) + " floats)");
+           std::to_string(want) + " bytes (" + std::to_string(slot->floats) + " floats" +
+           (slot->bf16 ? " as bf16)" : ")"));
   }
   const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
   // Where the bytes are added (Note [no extra copies]): into `sum`, or into
@@ -362,7 +372,7 @@ void KVServer::Impl::on_push(const std::shared_ptr<Peer>& peer, const FrameHeade
       dst = slot->sum.data();
     }
   }
-  const size_t bytes = slot->floats * 4;
+  const size_t bytes = slot->floats * unit;
   // Piece by piece through a bounce buffer that stays in cache (TCP), or
   // straight from the writer's memory (in-process): the push never makes a
   // round trip through a chunk-sized scratch buffer in DRAM.
@@ -371,12 +381,13 @@ void KVServer::Impl::on_push(const std::shared_ptr<Peer>& peer, const FrameHeade
   peer->read_payload_pieces(
       bytes, reinterpret_cast<uint8_t*>(bounce.data()), kBounceFloats * 4,
       [&](const uint8_t* data, size_t size) {
-        const size_t n = size / 4;
-        std::lock_guard<std::mutex> lock(slot->mu);  // adders of a chunk take turns
+        const size_t n = size / unit;
+        const auto add = slot->bf16 ? add_bf16 : add_floats;  // BF16: summed in fp32
+        std::lock_guard<std::mutex> lock(slot->mu);           // adders of a chunk take turns
         if (!into_range) {
-          add_floats(dst + at, data, n);
+          add(dst + at, data, n);
         } else if (ScopedUse use(*link_, lender); use) {
-          add_floats(dst + at, data, n);  // else revoked: the job is ending
+          add(dst + at, data, n);  // else revoked: the job is ending
         }
         at += n;
       });
@@ -401,9 +412,9 @@ void KVServer::Impl::on_push_in_place(const std::shared_ptr<Peer>& peer, const F
   const LayerPlan& lp = *slot->layer;
   const ColocatedLink::Range range = link_->range(from.rank, h.layer);
   if (!range.lent) reject(push + ": that worker has not lent this layer's range");
-  if (range.num_floats != lp.spec.num_floats) {
+  if (range.num_floats != lp.wire_floats) {
     reject(push + ": the range lent holds " + std::to_string(range.num_floats) +
-           " floats, the layer " + std::to_string(lp.spec.num_floats));
+           " floats, the layer takes " + std::to_string(lp.wire_floats));
   }
   const Deadline deadline = Deadline::after_ms(config_.timeout_ms);
   std::vector<SendJob> replies;
@@ -433,6 +444,20 @@ std::vector<SendJob> KVServer::Impl::advance_locked(ChunkRound* slot) {
   if (slot->arrived < plan_.num_workers) return out;
   slot->phase = ChunkRound::Phase::kSending;
   const float* total = lender >= 0 ? slot->in_place : slot->sum.data();
+  // BF16: the replies carry bf16 of the fp32 total, from sum16 (the shard's
+  // own memory). In place, the total in the colocated worker's range is
+  // rounded to the same values, so every worker ends with the same bits
+  // (Note [in-place rounds]).
+  if (slot->bf16 && lender < 0) floats_to_bf16(total, slot->sum16.data(), slot->floats);
+  if (slot->bf16 && lender >= 0) {
+    ScopedUse use(*link_, lender);
+    if (!use) {  // revoked: the job is ending; the abort reports the round
+      slot->sends_left = 0;
+      return out;
+    }
+    round_bf16_in_place(slot->in_place, slot->sum16.data(), slot->floats);
+  }
+  const bool from_range = lender >= 0 && !slot->bf16;
   // Note [reply order]: shard s answers workers s+1, s+2, ... (mod P1), not 0, 1, ...:
   // every shard finishes a turn's sums at about the same time (the pushes are rotated
   // too: internal/kv_worker.h, Note [push order]), and replies in one order would all head for
@@ -442,7 +467,7 @@ std::vector<SendJob> KVServer::Impl::advance_locked(ChunkRound* slot) {
     const size_t r = (static_cast<size_t>(config_.rank) + 1 + turn) % workers;
     if (static_cast<int>(r) == lender) continue;  // it holds the total already
     // Each reply written from the range is a use of it, ended when written.
-    if (lender >= 0 && !link_->begin_use(lender)) {
+    if (from_range && !link_->begin_use(lender)) {
       // Revoked: the colocated worker is failing or gone, and the job with it.
       for (size_t i = 0; i < out.size(); ++i) link_->end_use(lender);
       out.clear();
@@ -451,16 +476,18 @@ std::vector<SendJob> KVServer::Impl::advance_locked(ChunkRound* slot) {
     }
     SendJob job;
     job.peer = slot->reply_to[r];
-    job.header.type = FrameType::kPullReply;
+    job.header.type = slot->bf16 ? FrameType::kPullReply16 : FrameType::kPullReply;
     job.header.layer = slot->layer->spec.layer_id;
     job.header.chunk = slot->chunk;
     job.header.iteration = slot->round_iteration;
     job.order = slot->chunk;
-    job.payload = total;
-    job.bytes = slot->floats * 4;
+    job.payload =
+        slot->bf16 ? static_cast<const void*>(slot->sum16.data()) : static_cast<const void*>(total);
+    job.bytes = slot->floats * (slot->bf16 ? 2 : 4);
     const NodeId to = job.peer->remote();
-    job.done = [this, slot, to, lender](const SendOutcome& outcome) {
-      if (lender >= 0) link_->end_use(lender);
+    const int used = from_range ? lender : -1;
+    job.done = [this, slot, to, used](const SendOutcome& outcome) {
+      if (used >= 0) link_->end_use(used);
       reply_done(slot, outcome, to);
     };
     out.push_back(std::move(job));
@@ -509,7 +536,7 @@ void KVServer::Impl::reply_done(ChunkRound* slot, const SendOutcome& out, const 
   // still counts the send as done: that reader may itself be parked waiting
   // for this round to finish sending, and must get back to its connection to
   // see it is gone.
-  if (out.ok()) bytes_out_ += slot->floats * 4;
+  if (out.ok()) bytes_out_ += slot->floats * (slot->bf16 ? 2 : 4);
   std::vector<SendJob> done;
   {
     std::lock_guard<std::mutex> lock(slot->mu);

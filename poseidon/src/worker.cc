@@ -28,7 +28,7 @@ class Worker::Impl {
   const Plan& plan(const std::vector<LayerSpec>& layers);
   void register_layer(uint32_t layer_id, float* grad, size_t num_floats);
   void register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker);
-  Handle push_pull(uint32_t layer_id, int64_t iteration);
+  Handle push_pull(uint32_t layer_id, int64_t iteration, uint32_t part);
   Handle allgather(uint32_t layer_id, int64_t iteration, const float* send, size_t num_floats);
   FactorView factor(uint32_t layer_id, int64_t iteration, int rank) const;
   void barrier(const std::string& name, int timeout_ms);
@@ -270,9 +270,9 @@ void Worker::Impl::register_sfb_layer(uint32_t layer_id, size_t max_floats_per_w
   sfb_->register_layer(layer_id, max_floats_per_worker);
 }
 
-Handle Worker::Impl::push_pull(uint32_t layer_id, int64_t iteration) {
+Handle Worker::Impl::push_pull(uint32_t layer_id, int64_t iteration, uint32_t part) {
   require(State::kPlanned, "push_pull");
-  return kv_->push_pull(layer_id, iteration);
+  return kv_->push_pull(layer_id, iteration, part);
 }
 
 Handle Worker::Impl::allgather(uint32_t layer_id, int64_t iteration, const float* send,
@@ -332,11 +332,12 @@ void Worker::Impl::on_frame(Peer& peer, const FrameHeader& h) {
   // After an abort our handles have failed: data still arriving for them is
   // skipped, not rejected (an ERROR back would race our ABORT to the sender
   // and could become the reason it reports).
-  if (is_data_frame(h.type) || h.type == FrameType::kPullDone) {
+  if (is_data_frame(h.type) || is_bf16_frame(h.type) || h.type == FrameType::kPullDone) {
     if (abort_->tripped()) return;
   }
   switch (h.type) {
     case FrameType::kPullReply:
+    case FrameType::kPullReply16:
     case FrameType::kPullDone:
       if (peer.remote().role != Role::kServer) {
         throw ProtocolError(frame_type_name(static_cast<uint16_t>(h.type)) + " from a worker");
@@ -489,8 +490,8 @@ void Worker::register_layer(uint32_t layer_id, float* grad, size_t num_floats) {
 void Worker::register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker) {
   impl_->register_sfb_layer(layer_id, max_floats_per_worker);
 }
-Handle Worker::push_pull(uint32_t layer_id, int64_t iteration) {
-  return impl_->push_pull(layer_id, iteration);
+Handle Worker::push_pull(uint32_t layer_id, int64_t iteration, uint32_t part) {
+  return impl_->push_pull(layer_id, iteration, part);
 }
 Handle Worker::allgather(uint32_t layer_id, int64_t iteration, const float* send,
                          size_t num_floats) {

@@ -28,6 +28,8 @@ struct ClusterOptions {
   int handshake_timeout_ms = 2000;
   int comm_threads = 2;
   poseidon::SchemeChoice scheme = poseidon::SchemeChoice::kAuto;
+  poseidon::Compression compression = poseidon::Compression::kNone;
+  int powersgd_rank = poseidon::kDefaultPowerSGDRank;
   std::string token = "test-token";
   // Optional per-worker changes (e.g. a wrong token for one rank).
   std::function<void(poseidon::Config&, int rank)> worker_config;
@@ -51,6 +53,8 @@ inline poseidon::Config make_config(const ClusterOptions& o, poseidon::Role role
   c.handshake_timeout_ms = o.handshake_timeout_ms;
   c.comm_threads = o.comm_threads;
   c.scheme = o.scheme;
+  c.compression = o.compression;
+  c.powersgd_rank = o.powersgd_rank;
   return c;
 }
 

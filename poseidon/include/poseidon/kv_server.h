@@ -1,14 +1,21 @@
 #pragma once
 // A KV-store server shard (docs/paper.md §3). It owns the chunks the plan
-// assigns to it (chunk g of the PS layers goes to shard g mod P2) and runs
-// bulk-synchronous rounds per chunk: for iteration t it sums the P1 workers'
-// pushes of chunk c and sends the sum back to each of them. It never
-// divides: workers do (the mean is the caller's job).
+// assigns to it (chunk g of the layers through the shards — PS, BF16,
+// PowerSGD — goes to shard g mod P2) and runs bulk-synchronous rounds per
+// chunk: for iteration t it sums the P1 workers' pushes of chunk c and sends
+// the sum back to each of them. It never divides: workers do (the mean is
+// the caller's job). A PowerSGD layer's chunks are just chunks (of part 0 or
+// part 1, plan.h Note [plan parts]): each has its own rounds, one per
+// iteration. A BF16 layer's pushes and replies are bfloat16 (PUSH16,
+// PULL_REPLY16, 2 bytes per float); the shard widens each push as it adds it
+// into an fp32 sum, and replies with bf16 of the finished fp32 sum
+// (internal/bf16.h, Note [bf16 rounding]).
 //
 // Note [round rules]: a chunk's rounds run at consecutive iterations (the
 // first round may start anywhere, e.g. after a resume). A push is accepted
-// only if its layer is a PS layer of the plan, its chunk is owned here, its
-// size is the chunk's size, its iteration is the round in progress (or the
+// only if its layer goes through the shards in the plan, its chunk is owned
+// here, its frame type is the layer's (PUSH16 for BF16, else PUSH), its size
+// is the chunk's size (at 2 or 4 bytes per float), its iteration is the round in progress (or the
 // next one), and its worker has not pushed in this round; otherwise it is
 // rejected with an ERROR naming the key, the iteration and the size, before
 // any payload byte is read or any round state touched.
@@ -37,6 +44,14 @@
 // same bytes: the replies and the colocated worker's result are one buffer.
 // The shard touches the range only within uses that the worker can revoke
 // (internal/colocated.h, Note [lending]).
+//
+// BF16 in place gives the numbers the wire gives: the worker rounds its own
+// chunk to bf16 precision in its range before it announces it, the others'
+// bf16 pushes are widened and added in fp32 as usual, and once all are in
+// the shard rounds the total in the range to bf16 precision, keeping its bf16
+// bytes for the replies (written from the shard's own copy, so they need no
+// use of the range). Every worker then holds bf16(fp32 sum of the
+// bf16-rounded inputs), bit for bit the same.
 
 #include <cstdint>
 #include <memory>

@@ -55,6 +55,10 @@ size_t min_spread_chunk_bytes(size_t chunk_bytes);  // min(64 KiB, chunk_bytes /
 // Each part is cut into chunks on its own (Note [chunk layout]); a layer's
 // chunks are numbered through its parts, part 0's first, and chunk c of the
 // layer goes to shard (first_chunk + c) mod P2.
+// Whether a layer of `scheme` goes through the shards (PS, BF16, PowerSGD:
+// Worker::register_layer and push_pull) or peer to peer (SFB).
+inline bool through_shards(Scheme scheme) { return scheme != Scheme::kSFB; }
+
 struct PlanPart {
   uint64_t offset = 0;        // first float within the registered buffer
   uint64_t num_floats = 0;    // length

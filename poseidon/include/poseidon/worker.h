@@ -7,10 +7,11 @@
 //   const Plan& p = w.plan(specs);     // every worker declares the same layers;
 //                                      // the coordinator decides PS/SFB per layer
 //   for each layer in p.layers:        // once, at setup
-//     PS:  w.register_layer(id, grad_range, num_floats);
-//     SFB: w.register_sfb_layer(id, max_floats_per_worker);
+//     PS, BF16, PowerSGD: w.register_layer(id, buffer, layer.wire_floats);
+//     SFB:                w.register_sfb_layer(id, max_floats_per_worker);
 //   each iteration t, as layers finish backward (any order, any threads):
 //     Handle h = w.push_pull(id, t);            // range := sum over workers
+//     PowerSGD: push_pull(id, t, 0), wait, then push_pull(id, t, 1)
 //     Handle g = w.allgather(id, t, f, n);      // then w.factor(id, t, rank)
 //     h.wait(timeout_ms);
 //   w.shutdown(timeout_ms);            // waits for every worker, closes cleanly
@@ -56,21 +57,26 @@ class Worker {
   // every worker. Call once, after connect(). The reference stays valid.
   const Plan& plan(const std::vector<LayerSpec>& layers);
 
-  // PS layer: `grad` is the layer's contiguous gradient range of num_floats
-  // float32 (must equal the declared num_floats), owned by the caller and
-  // valid for the worker's lifetime. After each push_pull completes it holds
-  // the elementwise SUM over all workers (divide by num_workers() for the
-  // mean). Setup only; thread-safe.
+  // A layer through the shards (PS, BF16, PowerSGD): `grad` is a contiguous
+  // float32 buffer of num_floats, which must equal the plan's wire_floats
+  // (PS, BF16: the declared num_floats; PowerSGD: [P | rest] then [Q], plan.h
+  // Note [plan parts]), owned by the caller and valid for the worker's
+  // lifetime. After each push_pull completes, the part it pushed holds the
+  // elementwise SUM over all workers (divide by num_workers() for the mean);
+  // BF16: bf16(fp32 sum of the bf16-rounded inputs), the same bits on every
+  // worker. Setup only; thread-safe.
   void register_layer(uint32_t layer_id, float* grad, size_t num_floats);
   // SFB layer: reserves receive buffers for factors of up to
   // max_floats_per_worker floats from every worker. Setup only; thread-safe.
   void register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker);
 
-  // Asynchronous: queues the layer's chunks (lower layer ids go first) and
-  // returns at once. Do not touch the range until the handle completes.
-  // A layer's iterations must be consecutive and may not overlap.
-  // Thread-safe.
-  Handle push_pull(uint32_t layer_id, int64_t iteration);
+  // Asynchronous: queues the chunks of the layer's part `part` (lower layer
+  // ids go first) and returns at once. Do not touch the range until the
+  // handle completes. A layer's operations may not overlap, and their
+  // (iteration, part) must be consecutive: (t, 0), (t + 1, 0), ... for PS
+  // and BF16; (t, 0), (t, 1), (t + 1, 0), ... for PowerSGD — anything else
+  // is a ConfigError naming the layer, iteration and part. Thread-safe.
+  Handle push_pull(uint32_t layer_id, int64_t iteration, uint32_t part = 0);
   // Asynchronous all-gather of a factor buffer of num_floats (<= the
   // registered max) floats, peer to peer. `send` is copied before return.
   // Thread-safe.

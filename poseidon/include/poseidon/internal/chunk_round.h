@@ -5,7 +5,8 @@
 //   kIdle --first push of iteration t--> kAccumulating(t)
 //         --P1-th push summed--> kSending(t) --last reply written--> kIdle
 //
-// Everything but `layer`, `chunk`, `floats` and the storage is guarded by mu.
+// Everything but `layer`, `chunk`, `floats`, `bf16` and the storage is
+// guarded by mu.
 
 #include <condition_variable>
 #include <cstdint>
@@ -27,7 +28,11 @@ struct ChunkRound {
   const LayerPlan* layer = nullptr;
   uint32_t chunk = 0;
   size_t floats = 0;
-  std::vector<float> sum;  // allocated once, reused every round
+  // BF16 layer: pushes and replies are bfloat16 (PUSH16 / PULL_REPLY16); the
+  // sum stays fp32 and its bf16 bytes go to sum16 once it is complete.
+  bool bf16 = false;
+  std::vector<float> sum;       // allocated once, reused every round
+  std::vector<uint16_t> sum16;  // BF16 only: the replies' bytes
 
   std::mutex mu;
   std::condition_variable cv;

@@ -4,6 +4,13 @@
 // chunks, and each shard's reply — the sum over all P1 workers — is read
 // straight back into the same range. Internal to Worker.
 //
+// Every scheme through the shards goes here (plan.h, Note [plan parts]): PS
+// as above; PowerSGD the same, one part per push_pull; BF16 converts each
+// chunk into a bf16 staging copy of the range before pushing it (PUSH16),
+// reads the reply (PULL_REPLY16) into that copy and widens it into the range.
+// A BF16 chunk summed in place is first rounded to bf16 precision in the
+// range itself (kv_server.h, Note [in-place rounds]).
+//
 // With a shard in this process (Config::local_server), the chunks it owns are
 // not pushed: the range is lent to it (colocated.h) and each such chunk is
 // announced with PUSH_IN_PLACE; the shard sums into the range and answers with
@@ -19,6 +26,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "poseidon/handle.h"
 #include "poseidon/internal/data_plane.h"
@@ -33,18 +41,19 @@ class KVWorker {
 
   // `grad` (num_floats floats, owned by the caller) must stay valid while
   // the worker lives; it is lent to the shard of this process if that shard
-  // owns a chunk of it. The layer must be a PS layer of the plan with exactly
-  // num_floats floats. Thread-safe; once per layer.
+  // owns a chunk of it. The layer must go through the shards in the plan,
+  // and num_floats must be its wire_floats. Thread-safe; once per layer.
   void register_layer(uint32_t layer_id, float* grad, size_t num_floats);
   bool registered(uint32_t layer_id) const { return layers_.find(layer_id) != nullptr; }
-  // Queues the layer's chunks (non-blocking) and returns a handle that
-  // completes when the range holds the sum over all workers. Iterations of a
-  // layer must be consecutive and not overlap. Thread-safe.
-  Handle push_pull(uint32_t layer_id, int64_t iteration);
-  // Reader thread of a server connection: validates a PULL_REPLY against the
-  // pending push and reads its payload into the range, or takes a PULL_DONE
-  // from the shard of this process (the range already holds the sum).
-  // Throws ProtocolError naming the server, key and iteration on any
+  // Queues the chunks of the layer's part `part` (non-blocking) and returns a
+  // handle that completes when that part of the range holds the sum over
+  // all workers. A layer's (iteration, part) sequence must be consecutive
+  // and its operations may not overlap (LayerOps::check_next). Thread-safe.
+  Handle push_pull(uint32_t layer_id, int64_t iteration, uint32_t part = 0);
+  // Reader thread of a server connection: validates a PULL_REPLY (PULL_REPLY16)
+  // against the pending push and reads its payload into the range, or takes
+  // a PULL_DONE from the shard of this process (the range already holds the
+  // sum). Throws ProtocolError naming the server, key and iteration on any
   // mismatch.
   void on_reply(Peer& from, const FrameHeader& header);
   // Fails every pending operation with `failure`. Thread-safe.
@@ -57,8 +66,10 @@ class KVWorker {
     const LayerPlan* plan = nullptr;
     float* data = nullptr;
     LayerCounters* counters = nullptr;
+    std::vector<uint16_t> wire16;  // BF16: the bf16 bytes pushed and pulled, as the range
     std::mutex mu;
-    LayerOps ops;  // guarded by mu
+    LayerOps ops;       // guarded by mu
+    uint32_t part = 0;  // of the current operation; guarded by mu
   };
 
   DataPlane& plane_;

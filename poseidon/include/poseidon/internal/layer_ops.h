@@ -21,21 +21,27 @@ namespace poseidon {
 class LayerOps {
  public:
   // Throws ConfigError (messages start with `me`: `what`) unless an operation
-  // of `iteration` may start now: none still in flight, and `iteration` the
-  // one after the last started.
-  void check_next(const std::string& me, const std::string& what, int64_t iteration) const;
-  // Records `op` (of `iteration`) as the layer's current operation.
-  void start(std::shared_ptr<OpState> op, int64_t iteration);
+  // of (`iteration`, `part`) may start now: none still in flight, `part` one
+  // of the layer's `num_parts`, and (iteration, part) the one after the last
+  // started — the next part of the same iteration while parts remain, else
+  // part 0 of the next iteration (plan.h, Note [plan parts]). The first
+  // operation may be of any iteration, but of part 0.
+  void check_next(const std::string& me, const std::string& what, int64_t iteration,
+                  uint32_t part = 0, uint32_t num_parts = 1) const;
+  // Records `op` (of `iteration` and `part`) as the layer's current operation.
+  void start(std::shared_ptr<OpState> op, int64_t iteration, uint32_t part = 0);
   // The current operation (null before the first). Do not keep it past the
   // lock without copying the shared_ptr.
   const std::shared_ptr<OpState>& op() const { return op_; }
   // Whether any operation started, and the iteration of the last one.
   bool started() const { return any_; }
   int64_t last_iteration() const { return last_iteration_; }
+  uint32_t last_part() const { return last_part_; }
 
  private:
   bool any_ = false;
   int64_t last_iteration_ = 0;
+  uint32_t last_part_ = 0;
   std::shared_ptr<OpState> op_;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
-// The registered layers of KVWorker (PS layers) or SFBroadcaster (SFB
-// layers): registration, lookup by id, and what a failure or a timeout
-// report needs from every layer (fail_all, pending). Internal to Worker.
+// The registered layers of KVWorker (layers through the shards: PS, BF16,
+// PowerSGD) or SFBroadcaster (SFB layers): registration, lookup by id, and what a failure or a
+// timeout report needs from every layer (fail_all, pending). Internal to Worker.
 
 #include <chrono>
 #include <condition_variable>
@@ -19,8 +19,8 @@
 
 namespace poseidon {
 
-// The Worker call that registers a layer of `scheme`: "register_layer" (PS)
-// or "register_sfb_layer" (SFB).
+// The Worker call that registers a layer of `scheme`: "register_layer" (PS,
+// BF16, PowerSGD) or "register_sfb_layer" (SFB).
 inline const char* register_call(Scheme scheme) {
   return scheme == Scheme::kSFB ? "register_sfb_layer" : "register_layer";
 }
@@ -33,12 +33,13 @@ inline const char* register_call(Scheme scheme) {
 template <typename State>
 class LayerTable {
  public:
-  // The table of `scheme`'s layers of `plane`'s plan. `plane` must outlive it.
+  // The table of the layers of `plane`'s plan that go where `scheme`'s go
+  // (through the shards or peer to peer). `plane` must outlive it.
   LayerTable(const DataPlane& plane, Scheme scheme) : plane_(plane), scheme_(scheme) {}
 
   // Registers `layer_id`. Checks, with ConfigErrors whose messages start with
   // "<self>: register_layer(<id>)" (`who`; register_sfb_layer for SFB), that
-  // it is a layer of the plan under this table's scheme; then creates its
+  // it is a layer of the plan that goes this table's way; then creates its
   // state, sets `plan`, runs init(state, who) (more checks, the rest of the
   // state), sets `counters` and adds the state unless the layer is registered
   // already (ConfigError). Wakes wait(). Returns the added state.
@@ -48,10 +49,13 @@ class LayerTable {
         plane_.self.str() + ": " + register_call(scheme_) + "(" + std::to_string(layer_id) + ")";
     const LayerPlan* lp = plane_.plan.find(layer_id);
     if (lp == nullptr) throw ConfigError(who + ": layer is not in the plan");
-    if (lp->scheme != scheme_) {
-      throw ConfigError(who + ": layer " + lp->spec.name + " is synchronised by " +
-                        (lp->scheme == Scheme::kSFB ? "SFB" : "the PS") + " in the plan; use " +
-                        register_call(lp->scheme));
+    if (through_shards(lp->scheme) != through_shards(scheme_)) {
+      const std::string by = lp->scheme == Scheme::kPS ? std::string("the PS")
+                             : lp->scheme == Scheme::kSFB
+                                 ? std::string("SFB")
+                                 : std::string(scheme_name(lp->scheme)) + " (through the shards)";
+      throw ConfigError(who + ": layer " + lp->spec.name + " is synchronised by " + by +
+                        " in the plan; use " + register_call(lp->scheme));
     }
     auto state = std::make_unique<State>();
     state->plan = lp;
