@@ -11,11 +11,13 @@
 //    .layer, .iteration).
 
 #include <pybind11/numpy.h>
+#include <pybind11/operators.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -120,6 +122,13 @@ struct PyWorker {
 
 int timeout_or(const std::optional<int>& t, int fallback) { return t ? *t : fallback; }
 
+// A double as repr() shows it: shortest form, 6 significant digits.
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
 ActionKind action_kind(const std::string& name) {
   if (name == "snapshot") return ActionKind::kSnapshot;
   if (name == "stop") return ActionKind::kStop;
@@ -150,11 +159,27 @@ PYBIND11_MODULE(_C, m) {
       .value("COORDINATOR", Role::kCoordinator)
       .value("SERVER", Role::kServer)
       .value("WORKER", Role::kWorker);
-  py::enum_<Scheme>(m, "Scheme").value("PS", Scheme::kPS).value("SFB", Scheme::kSFB);
+  py::enum_<Scheme>(m, "Scheme")
+      .value("PS", Scheme::kPS)
+      .value("SFB", Scheme::kSFB)
+      .value("BF16", Scheme::kBF16)
+      .value("POWERSGD", Scheme::kPowerSGD);
   py::enum_<SchemeChoice>(m, "SchemeChoice")
       .value("AUTO", SchemeChoice::kAuto)
       .value("PS", SchemeChoice::kPS)
-      .value("SFB", SchemeChoice::kSFB);
+      .value("SFB", SchemeChoice::kSFB)
+      .value("BF16", SchemeChoice::kBF16)
+      .value("POWERSGD", SchemeChoice::kPowerSGD);
+  py::enum_<Compression>(m, "Compression",
+                         "Lossy schemes the cost model may pick (forced choices ignore it).")
+      .value("NONE", Compression::kNone)
+      .value("BF16", Compression::kBF16)
+      .value("POWERSGD", Compression::kPowerSGD)
+      .value("AUTO", Compression::kAuto);
+  m.def("scheme_name", &scheme_name, py::arg("scheme"),
+        "'PS', 'SFB', 'BF16' or 'PowerSGD' (the names the core prints).");
+  m.def("compression_name", &compression_name, py::arg("compression"),
+        "'none', 'bf16', 'powersgd' or 'auto'.");
   py::enum_<LayerKind>(m, "LayerKind")
       .value("FC", LayerKind::kFullyConnected)
       .value("CONV", LayerKind::kConvolution)
@@ -167,6 +192,25 @@ PYBIND11_MODULE(_C, m) {
   m.attr("DEFAULT_HEARTBEAT_TIMEOUT_MS") = kDefaultHeartbeatTimeoutMs;
   m.attr("DEFAULT_HANDSHAKE_TIMEOUT_MS") = kDefaultHandshakeTimeoutMs;
   m.attr("DEFAULT_COMM_THREADS") = kDefaultCommThreads;
+  m.attr("DEFAULT_POWERSGD_RANK") = kDefaultPowerSGDRank;
+
+  py::class_<Rates>(m, "Rates",
+                    "Measured speeds of the time-based cost model; 0 = unknown (that term "
+                    "counts 0 s; an unknown link rate ranks schemes by wire bytes alone).")
+      .def(py::init([](double link, double gemm, double memory) {
+             return Rates{link, gemm, memory};
+           }),
+           py::arg("link_bytes_per_s") = 0.0, py::arg("gemm_flops_per_s") = 0.0,
+           py::arg("memory_bytes_per_s") = 0.0)
+      .def_readwrite("link_bytes_per_s", &Rates::link_bytes_per_s)
+      .def_readwrite("gemm_flops_per_s", &Rates::gemm_flops_per_s)
+      .def_readwrite("memory_bytes_per_s", &Rates::memory_bytes_per_s)
+      .def(py::self == py::self)
+      .def("__repr__", [](const Rates& r) {
+        return "Rates(link_bytes_per_s=" + num(r.link_bytes_per_s) +
+               ", gemm_flops_per_s=" + num(r.gemm_flops_per_s) +
+               ", memory_bytes_per_s=" + num(r.memory_bytes_per_s) + ")";
+      });
 
   py::class_<Config>(m, "Config", "Settings of one node (filled by poseidon.config).")
       .def(py::init<>())
@@ -189,6 +233,9 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("socket_buffer_bytes", &Config::socket_buffer_bytes)
       .def_readwrite("notsent_lowat_bytes", &Config::notsent_lowat_bytes)
       .def_readwrite("scheme", &Config::scheme)
+      .def_readwrite("compression", &Config::compression)
+      .def_readwrite("powersgd_rank", &Config::powersgd_rank)
+      .def_readwrite("rates", &Config::rates)
       .def_readwrite("verbose", &Config::verbose)
       .def("validate", &Config::validate);
 
@@ -205,6 +252,39 @@ PYBIND11_MODULE(_C, m) {
         py::arg("p1"), py::arg("p2"));
   m.def("sfb_crossover_workers", &sfb_crossover_workers, py::arg("m"), py::arg("n"), py::arg("k"),
         py::arg("max_p") = int64_t{1} << 20);
+
+  py::class_<SchemeEstimate>(m, "SchemeEstimate",
+                             "One scheme's cost for one layer per node per iteration "
+                             "(cost_model.h, Note [time model]).")
+      .def_readonly("scheme", &SchemeEstimate::scheme)
+      .def_readonly("applicable", &SchemeEstimate::applicable)
+      .def_readonly("rank", &SchemeEstimate::rank)
+      .def_readonly("wire_bytes", &SchemeEstimate::wire_bytes)
+      .def_readonly("flops", &SchemeEstimate::flops)
+      .def_readonly("memory_bytes", &SchemeEstimate::memory_bytes)
+      .def_readonly("seconds", &SchemeEstimate::seconds)
+      .def("__repr__", [](const SchemeEstimate& e) {
+        return std::string("SchemeEstimate(") + scheme_name(e.scheme) +
+               (e.applicable ? "" : ", not applicable") + ", wire_bytes=" + num(e.wire_bytes) +
+               ", flops=" + num(e.flops) + ", memory_bytes=" + num(e.memory_bytes) +
+               ", seconds=" + num(e.seconds) + ")";
+      });
+  m.def("scheme_applicable", &scheme_applicable, py::arg("scheme"), py::arg("kind"), py::arg("m"),
+        py::arg("n"), py::arg("num_floats"));
+  m.def("scheme_allowed", &scheme_allowed, py::arg("scheme"), py::arg("compression"));
+  m.def("estimate_scheme", &estimate_scheme, py::arg("scheme"), py::arg("kind"), py::arg("m"),
+        py::arg("n"), py::arg("k"), py::arg("p1"), py::arg("p2"),
+        py::arg("rank") = uint64_t{kDefaultPowerSGDRank}, py::arg("num_floats") = uint64_t{0},
+        py::arg("rates") = Rates{});
+  m.def("estimate_schemes", &estimate_schemes, py::arg("kind"), py::arg("m"), py::arg("n"),
+        py::arg("k"), py::arg("p1"), py::arg("p2"),
+        py::arg("rank") = uint64_t{kDefaultPowerSGDRank}, py::arg("num_floats") = uint64_t{0},
+        py::arg("rates") = Rates{},
+        "All four estimates, in Scheme order (PS, SFB, BF16, PowerSGD).");
+  m.def("choose_scheme", &choose_scheme, py::arg("kind"), py::arg("m"), py::arg("n"), py::arg("k"),
+        py::arg("p1"), py::arg("p2"), py::arg("compression") = Compression::kNone,
+        py::arg("rank") = uint64_t{kDefaultPowerSGDRank}, py::arg("num_floats") = uint64_t{0},
+        py::arg("rates") = Rates{});
 
   py::class_<LayerSpec>(m, "LayerSpec")
       .def(py::init([](uint32_t layer_id, std::string name, LayerKind kind, uint64_t mm, uint64_t n,
@@ -224,12 +304,31 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("force", &LayerSpec::force)
       .def("__repr__", [](const LayerSpec& s) { return "LayerSpec(" + s.debug_string() + ")"; });
 
+  py::class_<PlanPart>(m, "PlanPart",
+                       "A part of a layer's registered buffer, pushed by push_pull(layer, t, "
+                       "part) (plan.h, Note [plan parts]).")
+      .def_readonly("offset", &PlanPart::offset)
+      .def_readonly("num_floats", &PlanPart::num_floats)
+      .def_readonly("first_chunk", &PlanPart::first_chunk)
+      .def_readonly("num_chunks", &PlanPart::num_chunks)
+      .def_readonly("chunk_floats", &PlanPart::chunk_floats)
+      .def("__repr__", [](const PlanPart& p) {
+        return "PlanPart(offset=" + std::to_string(p.offset) +
+               ", num_floats=" + std::to_string(p.num_floats) +
+               ", first_chunk=" + std::to_string(p.first_chunk) +
+               ", num_chunks=" + std::to_string(p.num_chunks) + ")";
+      });
+
   py::class_<LayerPlan>(m, "LayerPlan")
       .def_readonly("spec", &LayerPlan::spec)
       .def_property_readonly("layer_id", [](const LayerPlan& l) { return l.spec.layer_id; })
       .def_property_readonly("name", [](const LayerPlan& l) { return l.spec.name; })
       .def_readonly("scheme", &LayerPlan::scheme)
       .def_readonly("cost", &LayerPlan::cost)
+      .def_readonly("estimate", &LayerPlan::estimate)
+      .def_readonly("rank", &LayerPlan::rank)
+      .def_readonly("wire_floats", &LayerPlan::wire_floats)
+      .def_readonly("parts", &LayerPlan::parts)
       .def_readonly("first_chunk", &LayerPlan::first_chunk)
       .def_readonly("num_chunks", &LayerPlan::num_chunks)
       .def_readonly("chunk_floats", &LayerPlan::chunk_floats);
@@ -238,6 +337,9 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("num_workers", &Plan::num_workers)
       .def_readonly("num_servers", &Plan::num_servers)
       .def_readonly("chunk_bytes", &Plan::chunk_bytes)
+      .def_readonly("compression", &Plan::compression)
+      .def_readonly("powersgd_rank", &Plan::powersgd_rank)
+      .def_readonly("rates", &Plan::rates)
       .def_readonly("layers", &Plan::layers)
       .def(
           "find",
@@ -247,7 +349,13 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("layer_id"));
   m.def("make_plan", &make_plan, py::arg("specs"), py::arg("num_workers"), py::arg("num_servers"),
-        py::arg("chunk_bytes") = kDefaultChunkBytes, py::arg("force") = SchemeChoice::kAuto);
+        py::arg("chunk_bytes") = kDefaultChunkBytes, py::arg("force") = SchemeChoice::kAuto,
+        py::arg("compression") = Compression::kNone,
+        py::arg("powersgd_rank") = kDefaultPowerSGDRank, py::arg("rates") = Rates{});
+  m.def("layer_estimates", &layer_estimates, py::arg("spec"), py::arg("num_workers"),
+        py::arg("num_servers"), py::arg("powersgd_rank") = kDefaultPowerSGDRank,
+        py::arg("rates") = Rates{},
+        "Every scheme's SchemeEstimate for one layer, in Scheme order: why the plan chose.");
 
   m.def("steady_clock_ns", &steady_clock_ns,
         "Now on the core's clock (std::chrono::steady_clock = CLOCK_MONOTONIC, the clock of "
@@ -346,10 +454,12 @@ PYBIND11_MODULE(_C, m) {
           py::arg("layer_id"), py::arg("max_floats_per_worker"), Release())
       .def(
           "push_pull",
-          [](PyWorker& w, uint32_t layer_id, int64_t iteration) {
-            return PyHandle{w.worker->push_pull(layer_id, iteration), w.worker->timeout_ms()};
+          [](PyWorker& w, uint32_t layer_id, int64_t iteration, uint32_t part) {
+            return PyHandle{w.worker->push_pull(layer_id, iteration, part), w.worker->timeout_ms()};
           },
-          py::arg("layer_id"), py::arg("iteration"), Release())
+          py::arg("layer_id"), py::arg("iteration"), py::arg("part") = 0u, Release(),
+          "Sums part `part` of the layer's registered buffer over the workers (PowerSGD: part 0 "
+          "= [P | rest], then part 1 = [Q]; every other scheme: part 0).")
       .def(
           "allgather",
           [](PyWorker& w, uint32_t layer_id, int64_t iteration, const py::buffer& buf) {

@@ -15,7 +15,9 @@ from tests.poseidon.cluster_util import run_workers, thread_cluster
 
 
 def spec(layer_id: int, n: int, force=_C.SchemeChoice.PS) -> _C.LayerSpec:
-    return _C.LayerSpec(layer_id, f"l{layer_id}", _C.LayerKind.OTHER, n, 1, 1, n, force)
+    # SFB serves fully-connected layers only: an SFB-forced spec is an FC.
+    kind = _C.LayerKind.FC if force == _C.SchemeChoice.SFB else _C.LayerKind.OTHER
+    return _C.LayerSpec(layer_id, f"l{layer_id}", kind, n, 1, 1, n, force)
 
 
 def test_registered_array_holds_the_sum_without_a_copy() -> None:
@@ -241,3 +243,61 @@ def test_cost_model_from_python_matches_reference_table() -> None:
     assert _C.best_scheme(_C.LayerKind.CONV, 4096, 25088, 32, 16, 16) == _C.Scheme.PS
     assert _C.sfb_crossover_workers(4096, 4096, 32) == 128
     assert _C.sfb_crossover_workers(1000, 1024, 128) == 7
+
+
+def test_bf16_and_powersgd_push_pull() -> None:
+    """The lossy schemes through the bindings: a BF16 layer comes back as bf16 of the sum (2
+    bytes per float on the wire); a PowerSGD layer's buffer is [P | rest] then [Q], summed one
+    part per push_pull(..., part=)."""
+    psgd = _C.LayerSpec(
+        1, "fc1", _C.LayerKind.FC, 30, 20, 4, 30 * 20 + 30, _C.SchemeChoice.POWERSGD
+    )
+    with thread_cluster(2, 1) as cluster:
+        got: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+        def body(w: _C.Worker, rank: int) -> None:
+            plan = w.plan([spec(0, 1000, _C.SchemeChoice.BF16), psgd])
+            bf, ps = plan.layers
+            assert bf.scheme == _C.Scheme.BF16 and ps.scheme == _C.Scheme.POWERSGD
+            assert ps.rank == 4 and ps.wire_floats == 4 * 30 + 30 + 4 * 20
+            assert [(p.offset, p.num_floats) for p in ps.parts] == [(0, 150), (150, 80)]
+            a = np.full(1000, 1.0 + 2.0**-10, dtype=np.float32)  # rounds to 1.0 in bf16
+            b = np.zeros(ps.wire_floats, dtype=np.float32)
+            w.register_layer(0, a)
+            w.register_layer(1, b)
+            h = w.push_pull(0, 0)
+            b[:150] = rank + 1
+            w.push_pull(1, 0).wait()
+            b[150:] = 10 * (rank + 1)
+            w.push_pull(1, 0, part=1).wait()
+            h.wait()
+            got[rank] = (a.copy(), b.copy())
+            assert w.traffic()[0] == (2000, 2000)
+            w.shutdown()
+
+        errors = run_workers(cluster, body, 2)
+        assert not errors, errors
+        for a, b in got.values():
+            np.testing.assert_array_equal(a, np.full(1000, 2.0, dtype=np.float32))
+            np.testing.assert_array_equal(b[:150], 3.0)
+            np.testing.assert_array_equal(b[150:], 30.0)
+
+
+def test_time_model_from_python() -> None:
+    conv = _C.LayerSpec(1, "conv5", _C.LayerKind.CONV, 512, 4608, 32, 512 * 4608 + 512)
+    assert _C.make_plan([conv], 16, 16).layers[0].scheme == _C.Scheme.PS
+    plan = _C.make_plan([conv], 16, 16, compression=_C.Compression.BF16)
+    assert plan.layers[0].scheme == _C.Scheme.BF16
+    assert plan.compression == _C.Compression.BF16
+    rates = _C.Rates(link_bytes_per_s=1.25e9, gemm_flops_per_s=1e13)
+    plan = _C.make_plan([conv], 16, 16, compression=_C.Compression.AUTO, powersgd_rank=2,
+                        rates=rates)  # fmt: skip
+    (lp,) = plan.layers
+    assert lp.scheme == _C.Scheme.POWERSGD and lp.rank == 2 and plan.rates == rates
+    ps, sfb, bf16, psgd = _C.layer_estimates(conv, 16, 16, powersgd_rank=2, rates=rates)
+    assert not sfb.applicable and ps.applicable
+    assert bf16.wire_bytes * 2 == ps.wire_bytes == _C.comm_cost(512, 4608, 32, 16, 16).ps_bytes
+    assert lp.estimate.seconds == psgd.seconds < ps.seconds
+    assert _C.scheme_name(lp.scheme) == "PowerSGD"
+    with pytest.raises(_C.ConfigError, match="cannot serve it"):
+        _C.make_plan([spec(0, 10, _C.SchemeChoice.POWERSGD)], 2, 2)
