@@ -1,9 +1,11 @@
-"""The docs show the cost model's formula as the code states it (docs/design.md §6, rule 12).
+"""The docs show the cost model's formulas as the code states them (docs/design.md §6, rule 12).
 
 `poseidon/include/poseidon/cost_model.h` states next to each CommCost field the formula that
 `comm_cost` computes (poseidon/tests/test_cost_model.cc checks the numbers). Each of those
 formulas, and BestScheme's inequality between the SFB and colocated PS costs, must appear as
-written in docs/paper.md §4 and docs/communication.md §5. Reads files only.
+written in docs/paper.md §4 and docs/communication.md §5; and the time model's table (Note [time
+model]: wire bytes, flops and memory bytes per scheme) must appear in docs/communication.md
+§5. Reads files only.
 """
 
 from __future__ import annotations
@@ -45,3 +47,19 @@ def test_the_docs_show_the_headers_formulas():
             assert formula in text, f"{relative} section {number} lacks {name} = {formula}"
         assert best_scheme in text, f"{relative} section {number} lacks {best_scheme}"
     assert best_scheme in section("docs/design.md", "3")
+
+
+TIME_ROW = re.compile(r"^//   (PS|BF16|SFB|PowerSGD)  +(.+)$", re.MULTILINE)
+
+
+def test_the_docs_show_the_time_model():
+    rows = {name: re.split(r"  +", rest.strip()) for name, rest in
+            TIME_ROW.findall(HEADER.read_text(encoding="utf-8"))}  # fmt: skip
+    assert set(rows) == {"PS", "BF16", "SFB", "PowerSGD"}, rows
+    text = section("docs/communication.md", "5")
+    for name, cells in rows.items():
+        assert len(cells) == 3, (name, cells)
+        lines = [ln for ln in text.splitlines() if ln.startswith(f"| {name} |")]
+        assert any(all(f in ln for f in cells) for ln in lines), (
+            f"docs/communication.md §5 has no {name} row with {cells}"
+        )

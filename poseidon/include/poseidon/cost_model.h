@@ -53,14 +53,16 @@ int64_t sfb_crossover_workers(uint64_t m, uint64_t n, uint64_t k, int64_t max_p 
 //   seconds       wire_bytes/link + flops/gemm + memory_bytes/memory (Rates);
 //                 an unknown rate (0) contributes 0 s
 // With r = min(rank, M, N) and c = (P1+P2−2)/P2 (the colocated PS factor):
-//   PS        4·2·M·N·c         0                  0
-//   BF16      2·2·M·N·c         0                  12·M·N (fp32->bf16 before the push: read 4
-//                                                  + write 2 bytes per float; bf16->fp32 after
-//                                                  the pull: read 2 + write 4)
-//   SFB       4·2·K·(P1−1)·(M+N) 2·M·N·K·(P1−1)    0 (rebuilding the other workers' M×N
-//                                                  updates from their factors)
-//   PowerSGD  4·2·r·(M+N)·c     6·M·N·r + 4·M·r²   12·M·N (error feedback: three fp32 passes
-//                                                  over M·N; three GEMMs, orthogonalising P)
+//   scheme    wire_bytes           flops               memory_bytes
+//   PS        4·2·M·N·c            0                   0
+//   BF16      2·2·M·N·c            0                   12·M·N
+//   SFB       4·2·K·(P1−1)·(M+N)   2·M·N·K·(P1−1)      0
+//   PowerSGD  4·2·r·(M+N)·c        6·M·N·r + 4·M·r²    12·M·N
+// BF16's memory: fp32->bf16 before the push (read 4 + write 2 bytes per
+// float), bf16->fp32 after the pull (read 2 + write 4). SFB's flops: the
+// rebuild of the other workers' M×N updates from their factors. PowerSGD's
+// flops: three GEMMs and orthogonalising P; its memory: error feedback, three
+// fp32 passes over M·N.
 // Like the paper, biases (a layer's floats beyond M·N) are left out. The
 // pick (choose_scheme) ranks the applicable and allowed schemes by seconds,
 // or by wire_bytes alone when the link rate is unknown; ties go to the first
