@@ -72,6 +72,9 @@ std::vector<Bytes> seeds() {
   s.push_back(with_selector(3, encode_layer_specs({conv, fc})));
   s.push_back(
       with_selector(4, encode_plan(make_plan({conv, fc}, 4, 3, 1 << 16, SchemeChoice::kAuto))));
+  // Every lossy scheme allowed: conv goes BF16, fc PowerSGD (two parts).
+  s.push_back(with_selector(4, encode_plan(make_plan({conv, fc}, 4, 3, 1 << 16, SchemeChoice::kAuto,
+                                                     Compression::kAuto, 4))));
   s.push_back(with_selector(5, encode_failure(Failure{"worker 1 (a:1)", "gone"})));
   s.push_back(with_selector(6, encode_progress(Progress{5, 2})));
   s.push_back(with_selector(7, encode_text("barrier")));
