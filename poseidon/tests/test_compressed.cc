@@ -86,8 +86,9 @@ struct Mismatches {
 void run_bf16(const std::string& transport, int p1, int p2, bool colocate) {
   const std::string where = transport + " P1=" + std::to_string(p1) + " P2=" + std::to_string(p2) +
                             (colocate ? " colocated" : "");
-  const std::vector<uint64_t> sizes = {1, 1023, 1025, 5 * 1024 + 3};  // BF16 layers 0..3
-  const uint64_t ps_floats = 1000;                                    // PS layer 4, beside them
+  const std::vector<uint64_t> sizes = {0, 1, 1023, 1025, 5 * 1024 + 3};  // BF16 layers 0..4
+  const uint32_t ps_layer = static_cast<uint32_t>(sizes.size());         // PS, beside them
+  const uint64_t ps_floats = 1000;
   ptest::ClusterOptions o;
   o.workers = p1;
   o.servers = p2;
@@ -107,7 +108,7 @@ void run_bf16(const std::string& transport, int p1, int p2, bool colocate) {
     for (size_t l = 0; l < sizes.size(); ++l) {
       specs.push_back(bf16_layer(static_cast<uint32_t>(l), sizes[l]));
     }
-    specs.push_back(ptest::ps_layer(4, ps_floats));
+    specs.push_back(ptest::ps_layer(ps_layer, ps_floats));
     const Plan& plan = w.plan(specs);
     for (size_t l = 0; l < sizes.size(); ++l) {
       if (plan.layers[l].scheme != Scheme::kBF16) bad.add(where + ": layer not BF16");
