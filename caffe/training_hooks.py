@@ -16,6 +16,8 @@ never silently replaces the first; set None to detach):
     Solver.update_hook(rate)                replaces the update inside apply_update
     Solver.flush_hook()                     before tests, snapshots and the end of step()
     Solver.action_hook(action, at_boundary) -> the action every worker takes (see solver.py)
+    Solver.snapshot_hook(state_file)        every worker, when the job snapshots
+    Solver.restore_hook(state_file)         after Solver.restore(state_file)
     InnerProductLayer.sufficient_factor_sink(top_diff, bottom_data)   each backward's factors
 
 Calls:
@@ -46,7 +48,8 @@ T = TypeVar("T")
 # give syncers objects that have these attributes and no others.
 ATTACH_SURFACE: dict[str, frozenset[str]] = {
     "Solver": frozenset({
-        "add_callback", "update_hook", "flush_hook", "action_hook", "update_param",
+        "add_callback", "update_hook", "flush_hook", "action_hook", "snapshot_hook",
+        "restore_hook", "update_param",
         "net", "param", "iter",
     }),
     "Net": frozenset({

@@ -16,8 +16,11 @@ contribution.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from poseidon.plan import broadcast_spec, may_run_lossy
+from poseidon.sync.broadcast import BROADCAST_FLOATS
 from poseidon.sync.layout import CommShape, SyncLayer
 
 
@@ -43,6 +46,18 @@ def sync_layout(net: Any) -> list[SyncLayer]:
         if late and shape.kind == "FC":
             shape = CommShape("other", shape.m, shape.n, shape.rows)
         start, end = net.layer_param_range[layer_id]
+        transposed = bool(getattr(layer, "transpose", False))  # InnerProduct's weight N×M
         layout.append(SyncLayer(layer_id, names[layer_id], start, end,
-                                tuple(param_ids), late, shape))  # fmt: skip
+                                tuple(param_ids), late, shape, transposed))  # fmt: skip
     return layout
+
+
+def broadcast_unit_specs(net: Any, layout: Sequence[SyncLayer], sync: str, compression: str,
+                         layer_schemes: Mapping[str, str]) -> list[Any]:  # fmt: skip
+    """The broadcast unit a job declares after its layers when its plan may make a layer
+    lossy (the start's weights of those layers cross through it: sync/broadcast.py), with
+    id len(net.layers); none otherwise."""
+    if not may_run_lossy(sync, compression, layer_schemes):
+        return []
+    floats = sum(layer.num_floats for layer in layout)
+    return [broadcast_spec(len(net.layers), max(1, min(BROADCAST_FLOATS, floats)))]

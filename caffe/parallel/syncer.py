@@ -43,16 +43,20 @@ history stay identical everywhere; rank 0 alone tests, displays and snapshots.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
-from caffe.errors import CaffeError, DistributedError
+import torch
+
+from caffe.errors import CaffeError, DistributedError, WeightsError
+from caffe.formats.atomic_write import replacing
 from caffe.parallel.errors import distributed_errors
-from caffe.parallel.layout import sync_layout
+from caffe.parallel.layout import broadcast_unit_specs, sync_layout
 from caffe.parallel.timeline import attach_compute_timeline
 from poseidon import _C
 from poseidon.config import PLAN_SYNC_MODES
-from poseidon.plan import layer_specs
-from poseidon.sync.broadcast import broadcast_through_rounds
+from poseidon.plan import BROADCAST_NAME, format_plan, layer_specs, lossy_layers
+from poseidon.sync.broadcast import Broadcaster, broadcast_through_rounds
 from poseidon.sync.client import SyncClient
 from poseidon.sync.factors import FactorLog
 from poseidon.sync.round import LayerRound
@@ -101,6 +105,7 @@ class PoseidonSync:
         self._slots: list[tuple[Any, str]] = []  # single slots (owner, name) to free at close
         layout = sync_layout(self.net)
         self._synced_params = {p for layer in layout for p in layer.param_ids}
+        self.broadcaster: Broadcaster | None = None  # lossy layers' weights at the start
         self.plan = self._agree_on_plan(layout, force_scheme, layer_schemes or {})
         self.rounds = [self._make_round(layer) for layer in layout]
         self.by_index = {r.index: r for r in self.rounds}
@@ -111,14 +116,19 @@ class PoseidonSync:
                        layer_schemes: dict[str, str]) -> _C.Plan:  # fmt: skip
         # poseidon.plan.layer_specs: the derivation `poseidon plan` prints
         # (docs/design.md §4).
+        compression = self.client.session.config.compression
         try:
             specs = layer_specs(layout, self.iter_size, self.mode, force_scheme, layer_schemes,
                                 what="POSEIDON_LAYER_SCHEMES")  # fmt: skip
+            extra = broadcast_unit_specs(self.net, layout, self.mode, compression, layer_schemes)
+            self.schemes = self.client.agree_on_plan([*specs, *extra])
         except ValueError as e:
             raise CaffeError(f"net {self.net.name!r}: {e}") from None
-        self.schemes = self.client.agree_on_plan(specs)
         plan = self.client.plan
         assert plan is not None
+        if extra:
+            self.broadcaster = Broadcaster(self.client.worker, extra[0].layer_id, extra[0].m)
+            self.client.worker.register_sfb_layer(extra[0].layer_id, extra[0].m)
         if self.rank == 0:
             self._log_plan(plan)
         return plan
@@ -127,17 +137,16 @@ class PoseidonSync:
         _log.info("Poseidon: %d workers, %d server shards, sync mode %s, chunk %d bytes",
                   plan.num_workers, plan.num_servers, self.mode, plan.chunk_bytes)  # fmt: skip
         _log.info("HybComm plan (bytes per iteration per node):")
-        _log.info("    %-24s %-5s %14s %14s %s", "layer", "kind", "PS", "SFB", "scheme")
-        kinds = {_C.LayerKind.FC: "FC", _C.LayerKind.CONV: "conv", _C.LayerKind.OTHER: "other"}
-        for lp in plan.layers:
-            sfb = f"{lp.cost.sfb_bytes:14.0f}" if lp.spec.kind == _C.LayerKind.FC else " " * 14
-            scheme = "SFB" if lp.scheme == _C.Scheme.SFB else "PS"
-            _log.info("    %-24s %-5s %14.0f %s %s", lp.name, kinds[lp.spec.kind],
-                      lp.cost.ps_bytes, sfb, scheme)  # fmt: skip
+        for line in format_plan(plan, skip_names=(BROADCAST_NAME,)).splitlines():
+            _log.info("    %s", line)
+        lossy = lossy_layers(plan, (BROADCAST_NAME,))
+        if lossy:
+            _log.info("Poseidon: %d layers synchronise LOSSY (compressed gradients): %s",
+                      len(lossy), ", ".join(lossy))  # fmt: skip
 
     def _make_round(self, layer: Any) -> LayerRound:
-        if self.schemes[layer.index] == "PS":
-            return self.client.ps_round(layer, self.net.param_diff[layer.start : layer.end])
+        if self.schemes[layer.index] != "SFB":  # PS, BF16, PowerSGD: the layer's diff range
+            return self.client.dense_round(layer, self.net.param_diff[layer.start : layer.end])
         engine_layer = self.net.layers[layer.index]
         factors = FactorLog(*engine_layer.factor_widths())
         engine_layer.sufficient_factor_sink = factors.keep_copies
@@ -164,6 +173,9 @@ class PoseidonSync:
         ]
         if self.deferred:
             slots.append((solver, "update_hook", self._defer_update))
+        if any(r.powersgd is not None for r in self.rounds):  # Note [PowerSGD snapshots]
+            slots.append((solver, "snapshot_hook", self._save_compression_state))
+            slots.append((solver, "restore_hook", self._load_compression_state))
         for owner, name, hook in slots:
             setattr(owner, name, hook)
             self._slots.append((owner, name))
@@ -271,7 +283,7 @@ class PoseidonSync:
 
     def _clear_param_diffs(self) -> None:
         keep = sorted((r.layer.start, r.layer.end) for r in self.rounds
-                      if r.index in self.pending and r.scheme == "PS")  # fmt: skip
+                      if r.index in self.pending and r.scheme != "SFB")  # fmt: skip
         position = 0
         for start, end in keep:
             self.net.param_diff[position:start].zero_()
@@ -307,11 +319,48 @@ class PoseidonSync:
         """Rank 0's parameters to all (Caffe's NCCL bcast), through the layers' own channels
         (poseidon/sync/broadcast.py), ending at iteration iter-1: the first training round
         is iteration iter either way."""
-        weights = [self.net.param_data[r.layer.start : r.layer.end] for r in self.rounds]
-        broadcast_through_rounds(self.rounds, weights, self.rank, self.solver.iter - 1)
+        exact = [r for r in self.rounds if r.exact]
+        weights = [self.net.param_data[r.layer.start : r.layer.end] for r in exact]
+        broadcast_through_rounds(exact, weights, self.rank, self.solver.iter - 1)
+        lossy = [self.net.param_data[r.layer.start : r.layer.end] for r in self.rounds
+                 if not r.exact]  # fmt: skip
+        if lossy:  # a lossy wire cannot carry weights: the broadcast unit copies them
+            assert self.broadcaster is not None
+            self.broadcaster.from_rank0(lossy)
         if self.rank == 0:
             _log.info("Poseidon: initial weights of rank 0 broadcast to %d workers",
                       self.num_workers)  # fmt: skip
+
+    # ----- each worker's PowerSGD state ------------------------------------------------------
+    # Note [PowerSGD snapshots]. Error feedback and the warm-start Q are each worker's own, so
+    # a snapshot of the job is rank 0's .solverstate plus one file per worker beside it,
+    # `<state>.powersgd-rank<r>.pt`, written by every worker when the job snapshots and read
+    # back by each when it resumes from that state, so that a resumed job goes on as if never
+    # stopped. A worker that finds no file of its own starts from zero error (warned).
+    def compression_state_file(self, state_file: str) -> str:
+        return f"{state_file}.powersgd-rank{self.rank}.pt"
+
+    @distributed_errors
+    def _save_compression_state(self, state_file: str) -> None:
+        self.flush()  # between steps: every round finished
+        path = self.compression_state_file(state_file)
+        with replacing(path, WeightsError) as tmp:
+            torch.save(self.client.compression_state(), tmp)
+        _log.info("Poseidon: worker %d's PowerSGD state to %s", self.rank, path)
+
+    @distributed_errors
+    def _load_compression_state(self, state_file: str) -> None:
+        path = self.compression_state_file(state_file)
+        if not os.path.exists(path):
+            _log.warning("Poseidon: no %s: worker %d's PowerSGD error feedback starts from "
+                         "zero", path, self.rank)  # fmt: skip
+            return
+        try:
+            state = torch.load(path, weights_only=True)
+            self.client.load_compression_state(state)
+        except (ValueError, RuntimeError, OSError) as e:
+            raise CaffeError(f"{path}: {e}") from None
+        _log.info("Poseidon: worker %d's PowerSGD state from %s", self.rank, path)
 
     # ----- end -------------------------------------------------------------------------------
     @distributed_errors
@@ -336,8 +385,9 @@ class PoseidonSync:
         self._slots.clear()
 
     def traffic(self) -> dict[int, tuple[int, int]]:
-        """Bytes (sent, received) so far per layer index."""
-        return self.client.traffic()
+        """Bytes (sent, received) so far per layer index (the broadcast unit's, not a layer's,
+        left out)."""
+        return {i: t for i, t in self.client.traffic().items() if i in self.by_index}
 
     @distributed_errors
     def barrier(self, name: str) -> None:

@@ -46,6 +46,11 @@ class SolverSnapshotMixin:
     def snapshot_filename(self, extension: str) -> str:
         return f"{self.param.snapshot_prefix}_iter_{self.iter}{extension}"
 
+    def snapshot_state_filename(self) -> str:
+        """The solver state a snapshot of this iteration writes (.solverstate[.h5])."""
+        hdf5 = self.param.snapshot_format == caffe_pb2.SolverParameter.HDF5
+        return self.snapshot_filename(".solverstate.h5" if hdf5 else ".solverstate")
+
     def check_snapshot_write_permissions(self) -> None:
         """Fail at start-up, not after hours of training, if snapshots cannot be written."""
         if not (root_solver() and self.param.snapshot):
@@ -196,6 +201,8 @@ class SolverSnapshotMixin:
         for layer in self.net.layers:
             if hasattr(layer, "fast_forward"):
                 layer.fast_forward(passes)
+        if self.restore_hook is not None:  # a distributed worker's own state
+            self.restore_hook(state_file)
 
     def _check_history(self, state_file: str, history: list[BlobArray]) -> None:
         if len(history) != len(self.history):

@@ -29,6 +29,12 @@ attacher, caffe/training_hooks.py):
                               end of each iteration (at_boundary) it returns the action to take
                               there, the one every worker agreed on; during a test pass it only
                               takes note (the job acts at an iteration's end)
+    solver.snapshot_hook(state_file)
+                              if set, called on every worker when the job snapshots (after
+                              rank 0 wrote `state_file`): a worker's own state goes beside it
+    solver.restore_hook(state_file)
+                              if set, called after restore(state_file) (each worker's own
+                              state is read back)
 
 Compute mode: `solver_mode: GPU` selects the GPU `device_id` (CPU with one warning when no
 CUDA device exists), unless the caller already chose a mode with caffe.set_mode_cpu() /
@@ -98,6 +104,8 @@ class Solver(SolverSnapshotMixin):
     update_hook: HookSlot[Callable[[float], None]] = HookSlot()
     flush_hook: HookSlot[Callable[[], None]] = HookSlot()
     action_hook: HookSlot[Callable[[str, bool], str]] = HookSlot()
+    snapshot_hook: HookSlot[Callable[[str], None]] = HookSlot()
+    restore_hook: HookSlot[Callable[[str], None]] = HookSlot()
     # Check every iteration's loss and gradients (caffe/solvers/divergence.py). A solver that
     # does no real arithmetic (the experiments' compute replay) turns it off: nothing can diverge,
     # and reading the gradient would cost time its profile does not hold.
@@ -117,6 +125,8 @@ class Solver(SolverSnapshotMixin):
         self.update_hook = None
         self.flush_hook = None
         self.action_hook = None
+        self.snapshot_hook = None
+        self.restore_hook = None
         self.requested_early_exit = False
         self.smoothed_loss = 0.0
         self._losses: list[float] = []
@@ -258,8 +268,8 @@ class Solver(SolverSnapshotMixin):
         start_iter = self.iter
         self.step(self.param.max_iter - self.iter)
         p = self.param
-        if root_solver() and p.snapshot_after_train and (not p.snapshot or self.iter % p.snapshot):
-            self.snapshot()
+        if p.snapshot_after_train and (not p.snapshot or self.iter % p.snapshot):
+            self._snapshot_everywhere()
         if self.requested_early_exit:
             _info("Optimization stopped early.")
             return
@@ -310,12 +320,20 @@ class Solver(SolverSnapshotMixin):
             self.apply_update()
             action = self._boundary_action()
             periodic = bool(p.snapshot) and self.iter % p.snapshot == 0
-            if root_solver() and (periodic or action == "snapshot"):
-                self.snapshot()
+            if periodic or action == "snapshot":
+                self._snapshot_everywhere()
             if action == "stop":
                 self.requested_early_exit = True
                 break
         self._flush()
+
+    def _snapshot_everywhere(self) -> None:
+        """The job's snapshot: rank 0 writes it, then every worker's snapshot_hook keeps its
+        own state beside it."""
+        if root_solver():
+            self.snapshot()
+        if self.snapshot_hook is not None:
+            self.snapshot_hook(self.snapshot_state_filename())
 
     def apply_update(self) -> None:
         raise NotImplementedError(f"{type(self).__name__}.apply_update")

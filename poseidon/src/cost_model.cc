@@ -173,6 +173,12 @@ bool ranks_before(const SchemeEstimate& a, const SchemeEstimate& b, const Rates&
   return tie_rank(a.scheme) < tie_rank(b.scheme);
 }
 
+bool powersgd_pays(uint64_t m, uint64_t n, uint64_t rank) {
+  const double r = static_cast<double>(powersgd_effective_rank(rank, m, n));
+  return 2.0 * r * (static_cast<double>(m) + static_cast<double>(n)) <
+         static_cast<double>(m) * static_cast<double>(n);
+}
+
 Scheme choose_scheme(LayerKind kind, uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2,
                      Compression compression, uint64_t rank, uint64_t num_floats,
                      const Rates& rates) {
@@ -181,6 +187,7 @@ Scheme choose_scheme(LayerKind kind, uint64_t m, uint64_t n, uint64_t k, int64_t
       estimate_schemes(kind, m, n, k, p1, p2, rank, num_floats, rates);
   for (const SchemeEstimate& e : all) {
     if (!e.applicable || !scheme_allowed(e.scheme, compression)) continue;
+    if (e.scheme == Scheme::kPowerSGD && !powersgd_pays(m, n, rank)) continue;
     if (best == nullptr || ranks_before(e, *best, rates)) best = &e;
   }
   return best ? best->scheme : Scheme::kPS;  // PS serves every layer: never null

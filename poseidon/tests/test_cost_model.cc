@@ -125,6 +125,17 @@ TEST(time_model_hand_computed) {
                       rates) == Scheme::kBF16);
   CHECK(choose_scheme(LayerKind::kFullyConnected, 3, 5, 7, 4, 2, Compression::kPowerSGD, 2, 18,
                       rates) == Scheme::kPS);  // 2.56 s + a little vs 2.4 s
+  // PowerSGD is picked only where its factors are at most half the matrix.
+  CHECK(!powersgd_pays(3, 5, 2));     // 2·2·8 = 32 >= 15
+  CHECK(!powersgd_pays(4, 27, 4));    // 2·4·31 = 248 >= 108
+  CHECK(powersgd_pays(512, 144, 4));  // 5248 < 73728
+  CHECK(!powersgd_pays(16, 16, 4));   // 256 = 256: not less
+  CHECK(powersgd_pays(17, 17, 4));    // 272 < 289
+  CHECK(!powersgd_pays(2, 512, 2));   // r = 2: 2056 >= 1024
+  CHECK(choose_scheme(LayerKind::kConvolution, 4, 27, 1, 4, 4, Compression::kPowerSGD, 4, 112,
+                      Rates{}) == Scheme::kPS);
+  CHECK(choose_scheme(LayerKind::kConvolution, 512, 144, 1, 4, 4, Compression::kPowerSGD, 4,
+                      512 * 144, Rates{}) == Scheme::kPowerSGD);
   // The rank is clamped to the weight; rank 0 is refused.
   CHECK_EQ(
       estimate_scheme(Scheme::kPowerSGD, LayerKind::kOther, 3, 5, 7, 4, 2, 9, 18, Rates{}).rank,

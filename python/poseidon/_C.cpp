@@ -272,6 +272,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("scheme_applicable", &scheme_applicable, py::arg("scheme"), py::arg("kind"), py::arg("m"),
         py::arg("n"), py::arg("num_floats"));
   m.def("scheme_allowed", &scheme_allowed, py::arg("scheme"), py::arg("compression"));
+  m.def("powersgd_pays", &powersgd_pays, py::arg("m"), py::arg("n"), py::arg("rank"),
+        "Whether the cost model may pick PowerSGD: 2·r·(m+n) < m·n, r = min(rank, m, n).");
   m.def("estimate_scheme", &estimate_scheme, py::arg("scheme"), py::arg("kind"), py::arg("m"),
         py::arg("n"), py::arg("k"), py::arg("p1"), py::arg("p2"),
         py::arg("rank") = uint64_t{kDefaultPowerSGDRank}, py::arg("num_floats") = uint64_t{0},

@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 ROLES = ("worker", "server", "coordinator")
-SCHEMES = ("auto", "ps", "sfb")
+SCHEMES = ("auto", "ps", "sfb")  # POSEIDON_SCHEME: exact, for every layer
+# POSEIDON_LAYER_SCHEMES may also force one layer to a lossy scheme (docs/communication.md §7).
+LAYER_SCHEMES = (*SCHEMES, "bf16", "powersgd")
+# POSEIDON_COMPRESSION: which lossy schemes the cost model may pick; "powersgd:R" and "auto:R"
+# set the PowerSGD rank too.
+COMPRESSIONS = ("none", "bf16", "powersgd", "auto")
+DEFAULT_POWERSGD_RANK = 4
 SYNC_MODES = ("ps-nooverlap", "wfbp", "poseidon", "allreduce")
 # The modes of caffe/parallel/syncer.py's PoseidonSync (KV store and SFB), which run a HybComm plan;
 # allreduce is caffe/parallel/allreduce.py's and has none.
@@ -169,6 +175,46 @@ SETTINGS: tuple[Setting, ...] = (
         "worker, sync=poseidon: per-layer choices over BestScheme's, e.g. fc7=ps,fc8=ps "
         "(`poseidon predict --modes poseidon-tuned` says which pay off)",
     ),
+    Setting(
+        "compression",
+        "POSEIDON_COMPRESSION",
+        "",
+        "none",
+        "coordinator, sync=poseidon: the lossy schemes the cost model may pick per layer: "
+        "none (exact: PS or SFB), bf16 (16-bit wire), powersgd or powersgd:R (rank R), auto "
+        "(both; PowerSGD at POSEIDON_POWERSGD_RANK); the plan and the log name the lossy layers",
+    ),
+    Setting(
+        "powersgd_rank",
+        "POSEIDON_POWERSGD_RANK",
+        "",
+        str(DEFAULT_POWERSGD_RANK),
+        "PowerSGD's rank r (a layer uses min(r, M, N)); >= 1",
+    ),
+    Setting(
+        "link_rate",
+        "POSEIDON_LINK_RATE",
+        "bit/s",
+        "0 (unknown)",
+        "coordinator: the link's goodput for the time-based cost model, e.g. 100mbit, 10gbit; "
+        "unknown: schemes are ranked by bytes alone",
+    ),
+    Setting(
+        "gemm_rate",
+        "POSEIDON_GEMM_RATE",
+        "flop/s",
+        "0 (unknown)",
+        "coordinator: the device's GEMM rate, for the compute a scheme adds (SFB's rebuild, "
+        "PowerSGD's products); `poseidon profile` measures it",
+    ),
+    Setting(
+        "memory_rate",
+        "POSEIDON_MEMORY_RATE",
+        "bytes/s",
+        "0 (unknown)",
+        "coordinator: the device's memory bandwidth, for 16-bit conversion and PowerSGD's error "
+        "feedback; `poseidon profile` measures it",
+    ),
     Setting("verbose", "POSEIDON_VERBOSE", "", "0", "1: log connections and the plan on stderr"),
     Setting(
         "sync",
@@ -263,13 +309,56 @@ def parse_layer_schemes(text: str, name: str = "value") -> dict[str, str]:
             continue
         layer, _, scheme = item.partition("=")
         scheme = scheme.strip().lower()
-        if not layer.strip() or scheme not in SCHEMES:
+        if not layer.strip() or scheme not in LAYER_SCHEMES:
             raise SettingError(
                 f"{name}={text!r}: want layer=scheme pairs separated by commas, scheme one of "
-                f"{', '.join(SCHEMES)} (e.g. fc7=ps,fc8=ps)"
+                f"{', '.join(LAYER_SCHEMES)} (e.g. fc7=ps,fc8=ps)"
             )
         out[layer.strip()] = scheme
     return out
+
+
+def parse_compression(text: str, name: str = "value") -> str:
+    """'none', 'bf16', 'powersgd', 'powersgd:R', 'auto' or 'auto:R' (R >= 1), lower-cased."""
+    value = text.strip().lower()
+    kind, colon, rank = value.partition(":")
+    ranked = ("powersgd", "auto")
+    if kind not in COMPRESSIONS or (colon and kind not in ranked):
+        raise SettingError(f"{name}={text!r}: want one of {', '.join(COMPRESSIONS)}, "
+                           "powersgd:R or auto:R (R, the PowerSGD rank, >= 1)")  # fmt: skip
+    if colon:
+        parse_positive(rank, f"{name}'s rank ({text!r})")
+    return value
+
+
+def parse_positive(text: str, name: str) -> int:
+    value = parse_int(text, name)
+    if value < 1:
+        raise SettingError(f"{name}={text!r}: want an integer >= 1")
+    return value
+
+
+def parse_rate(text: str, name: str) -> float:
+    """A rate >= 0 as a plain number ('2.5e12'); 0 = unknown."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise SettingError(f"{name}={text!r}: want a number (e.g. 2.5e12); 0 = unknown") from None
+    if not value >= 0 or value == float("inf"):
+        raise SettingError(f"{name}={text!r}: want a finite number >= 0; 0 = unknown")
+    return value
+
+
+def parse_link_rate(text: str, name: str) -> float:
+    """'100mbit', '10gbit', '10GbE', or 0 (unknown) -> bits per second."""
+    from poseidon.experiments.units import parse_bandwidth
+
+    if text.strip() in ("", "0"):
+        return 0.0
+    try:
+        return parse_bandwidth(text)
+    except ValueError as e:
+        raise SettingError(f"{name}: {e}") from None
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[str, str], str]:
@@ -303,6 +392,11 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "notsent_lowat_bytes": parse_bytes,
     "scheme": _choice(SCHEMES),
     "layer_schemes": parse_layer_schemes,
+    "compression": parse_compression,
+    "powersgd_rank": parse_positive,
+    "link_rate": parse_link_rate,
+    "gemm_rate": parse_rate,
+    "memory_rate": parse_rate,
     "verbose": parse_bool,
     "sync": _choice(SYNC_MODES),
     "bucket_cap_bytes": parse_bytes,
@@ -350,6 +444,11 @@ class Config:
     notsent_lowat_bytes: int = 256 << 10
     scheme: str = "auto"
     layer_schemes: dict[str, str] = dataclasses.field(default_factory=dict)
+    compression: str = "none"  # may carry its rank: "powersgd:8" (allowance() splits it)
+    powersgd_rank: int = DEFAULT_POWERSGD_RANK
+    link_rate: float = 0.0  # bits per second; 0 = unknown
+    gemm_rate: float = 0.0  # flop/s
+    memory_rate: float = 0.0  # bytes/s
     verbose: bool = False
     sync: str = "poseidon"
     bucket_cap_bytes: int = 25 << 20
@@ -415,12 +514,27 @@ class Config:
         for name in ("num_workers", "num_servers"):
             if getattr(self, name) < 1:
                 raise SettingError(f"{name}={getattr(self, name)} (want >= 1)")
+        if self.powersgd_rank < 1:
+            raise SettingError(f"powersgd_rank={self.powersgd_rank} (want >= 1)")
+        self.allowance()  # raises on a bad compression or a rank given twice, differently
         limit = self.num_workers if self.role == "worker" else self.num_servers
         if self.role != "coordinator" and not 0 <= self.rank < limit:
             raise SettingError(
                 f"rank={self.rank} for a {self.role} (want 0..{limit - 1}; "
                 f"num_{self.role}s={limit})"
             )
+
+    def allowance(self) -> tuple[str, int]:
+        """(compression kind, PowerSGD rank): "powersgd:8" is ("powersgd", 8); a rank in
+        both POSEIDON_COMPRESSION and POSEIDON_POWERSGD_RANK must agree."""
+        kind, _, rank_text = parse_compression(self.compression, "compression").partition(":")
+        if not rank_text:
+            return kind, self.powersgd_rank
+        rank = int(rank_text)
+        if self.powersgd_rank not in (rank, DEFAULT_POWERSGD_RANK):
+            raise SettingError(f"compression={self.compression!r} and powersgd_rank="
+                               f"{self.powersgd_rank} name different ranks")  # fmt: skip
+        return kind, rank
 
     @property
     def colocated_shards(self) -> int:
@@ -436,6 +550,12 @@ class Config:
             return "inproc://"
         host = self.host or local_address_towards(self.coordinator.rpartition(":")[0])
         return f"{host}:0"
+
+    def rates(self) -> Any:
+        """The cost model's `_C.Rates` (unknown ones 0)."""
+        from poseidon import _C
+
+        return _C.Rates(self.link_rate / 8, self.gemm_rate, self.memory_rate)
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -468,6 +588,10 @@ class Config:
         c.scheme = {"ps": _C.SchemeChoice.PS, "sfb": _C.SchemeChoice.SFB}.get(
             self.scheme, _C.SchemeChoice.AUTO
         )
+        kind, rank = self.allowance()
+        c.compression = getattr(_C.Compression, kind.upper())
+        c.powersgd_rank = rank
+        c.rates = self.rates()
         c.verbose = self.verbose
         c.validate()
         return c

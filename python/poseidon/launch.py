@@ -50,6 +50,16 @@ TERM_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this
 ABORT_ORIGIN = re.compile(r"aborting the job: (worker|server) (\d+) ")
 
 
+JOB_WIDE_SETTINGS = (
+    "POSEIDON_COMPRESSION",
+    "POSEIDON_POWERSGD_RANK",
+    "POSEIDON_LINK_RATE",
+    "POSEIDON_GEMM_RATE",
+    "POSEIDON_MEMORY_RATE",
+    "POSEIDON_LAYER_SCHEMES",
+)
+
+
 @dataclass
 class Host:
     name: str
@@ -145,6 +155,10 @@ class Launcher:
             env["POSEIDON_CHUNK_BYTES"] = self.spec.chunk_bytes
         if self.spec.timeout_ms is not None:
             env["POSEIDON_TIMEOUT_MS"] = str(self.spec.timeout_ms)
+        # Settings every process of the job must share, from the launcher's environment:
+        # an ssh host gets only what is passed (the coordinator plans with them, and a
+        # worker whose own differ stops with an error naming both).
+        env.update({name: os.environ[name] for name in JOB_WIDE_SETTINGS if name in os.environ})
         env.update(self.spec.extra_env)
         return env
 

@@ -18,16 +18,24 @@ from typing import Any
 
 from poseidon.sync.layout import KINDS, SyncLayer
 
-SCHEME_NAMES = {"auto": "AUTO", "ps": "PS", "sfb": "SFB"}  # option -> _C.SchemeChoice
+# option -> _C.SchemeChoice; POSEIDON_SCHEME takes the first three, a layer any of them.
+SCHEME_NAMES = {"auto": "AUTO", "ps": "PS", "sfb": "SFB", "bf16": "BF16", "powersgd": "POWERSGD"}
 
 
 def scheme_choice(scheme: str) -> Any:
-    """`_C.SchemeChoice` of "auto", "ps" or "sfb" (POSEIDON_SCHEME's values)."""
+    """`_C.SchemeChoice` of "auto", "ps", "sfb", "bf16" or "powersgd"."""
     from poseidon import _C
 
     if scheme not in SCHEME_NAMES:
         raise ValueError(f"scheme {scheme!r}: want one of {', '.join(SCHEME_NAMES)}")
     return getattr(_C.SchemeChoice, SCHEME_NAMES[scheme])
+
+
+def compression_of(name: str) -> Any:
+    """`_C.Compression` of "none", "bf16", "powersgd" or "auto"."""
+    from poseidon import _C
+
+    return getattr(_C.Compression, name.upper())
 
 
 def _native_kind(kind: str) -> Any:
@@ -41,13 +49,41 @@ def _native_kind(kind: str) -> Any:
 def layer_spec(layer_id: int, name: str, kind: str, m: int, n: int, k: int,
                num_floats: int, force: str = "auto") -> Any:  # fmt: skip
     """One comm-core LayerSpec: an m×n weight and k samples per worker per iteration, in the
-    cost model's names (docs/paper.md §4). Only an FC layer may be forced to SFB or left to
-    BestScheme; every other kind is PS. `force` is "auto", "ps" or "sfb"."""
+    cost model's names (docs/paper.md §4). `force` is "auto" (the cost model's pick among
+    the schemes that serve the layer and the compression allows) or one scheme, which must
+    serve the layer (ValueError otherwise: only an FC layer takes SFB, only an m×n weight
+    with m, n >= 2 takes PowerSGD)."""
     from poseidon import _C
 
     native_kind = _native_kind(kind)
-    choice = scheme_choice(force) if native_kind == _C.LayerKind.FC else _C.SchemeChoice.PS
+    choice = scheme_choice(force)
+    if choice != _C.SchemeChoice.AUTO:
+        scheme = getattr(_C.Scheme, SCHEME_NAMES[force])
+        if not _C.scheme_applicable(scheme, native_kind, m, n, num_floats):
+            serves = {"sfb": "only a fully-connected layer takes SFB",
+                      "powersgd": "PowerSGD needs an m x n weight with m, n >= 2"}  # fmt: skip
+            raise ValueError(f"layer {name!r} ({kind}, {m}x{n}) cannot take {force}: "
+                             f"{serves.get(force, 'not applicable')}")  # fmt: skip
     return _C.LayerSpec(layer_id, name, native_kind, m, n, k, num_floats, choice)
+
+
+BROADCAST_NAME = "(broadcast)"  # a unit of rank 0's weights, not a layer (sync/broadcast.py)
+LOSSY = ("bf16", "powersgd")
+
+
+def broadcast_spec(layer_id: int, floats: int) -> Any:
+    """The LayerSpec of a broadcast unit `layer_id` of `floats` capacity: always SFB (a copy,
+    never a sum) and moving nothing per iteration, so printed tables leave it out."""
+    return layer_spec(layer_id, BROADCAST_NAME, "FC", floats, 1, 1, floats, "sfb")
+
+
+def may_run_lossy(sync: str, compression: str, layer_schemes: Mapping[str, str]) -> bool:
+    """Whether a job's plan may give a layer a lossy scheme (then a Caffe job broadcasts
+    those layers' weights through a broadcast unit: a lossy wire cannot carry them)."""
+    if sync != "poseidon":
+        return False
+    kind = compression.partition(":")[0]
+    return kind != "none" or any(v in LOSSY for v in layer_schemes.values())
 
 
 def layer_specs(
@@ -74,11 +110,18 @@ def layer_specs(
                          f"are {', '.join(s.name for s in layout) or 'none'})")  # fmt: skip
     if sync != "poseidon":
         scheme, forced = "ps", {}  # WFBP and the baseline move every layer through the PS
-    # A CommShape counts rows per pass; the cost model's K is the samples of one iteration,
-    # whose gradient is the sum over its iter_size passes.
-    return [layer_spec(s.index, s.name, s.shape.kind, s.shape.m, s.shape.n,
-                       s.shape.rows * iter_size, s.num_floats, forced.get(s.name, scheme))
-            for s in layout]  # fmt: skip
+    specs = []
+    for s in layout:
+        # POSEIDON_SCHEME=sfb forces the layers SFB can serve; the others stay PS.
+        force = forced.get(s.name, "ps" if scheme == "sfb" and s.shape.kind != "FC" else scheme)
+        try:
+            # A CommShape counts rows per pass; the cost model's K is the samples of one
+            # iteration, whose gradient is the sum over its iter_size passes.
+            specs.append(layer_spec(s.index, s.name, s.shape.kind, s.shape.m, s.shape.n,
+                                    s.shape.rows * iter_size, s.num_floats, force))  # fmt: skip
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
+    return specs
 
 
 def plan_layout(
@@ -91,55 +134,152 @@ def plan_layout(
     layer_schemes: Mapping[str, str] | None = None,
     what: str = "layer schemes",
     extra_specs: Sequence[Any] = (),
+    compression: str = "none",
+    powersgd_rank: int = 4,
+    rates: Any = None,
 ) -> Any:
     """The `_C.Plan` a job of `workers` and `servers` runs for a front end's `layout`: the
     specs its workers declare (layer_specs, then `extra_specs`, units of the front end's own
     such as poseidon.torch's broadcast unit) through `_C.make_plan`, the coordinator's
-    function. `poseidon plan` prints this for a Caffe net and for a torch model alike."""
+    function, with the job's `compression` allowance, PowerSGD rank and `_C.Rates`.
+    `poseidon plan` prints this for a Caffe net and for a torch model alike."""
     from poseidon import _C
 
     specs = [*layer_specs(layout, passes, sync, scheme, layer_schemes, what), *extra_specs]
-    return _C.make_plan(specs, workers, servers, force=scheme_choice(scheme))
+    return _C.make_plan(specs, workers, servers, force=scheme_choice(scheme),
+                        compression=compression_of(compression), powersgd_rank=powersgd_rank,
+                        rates=rates if rates is not None else _C.Rates())  # fmt: skip
 
 
 def _mb(x: float) -> str:
     return f"{x / 1e6:.2f}"
 
 
+def _bytes(x: float) -> str:
+    """A byte count for a sentence: 512 B, 3.1 kB, 2.40 MB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.0f} B"
+
+
+def _seconds(x: float) -> str:
+    """A duration for a sentence: 3.1 µs, 0.25 ms, 1.2 s."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x / 1e-6:.3g} µs"
+
+
+def scheme_label(lp: Any) -> str:
+    """A LayerPlan's scheme as printed: "PS", "SFB", "BF16" or "PowerSGD r4"."""
+    from poseidon import _C
+
+    name = _C.scheme_name(lp.scheme)
+    return f"{name} r{lp.rank}" if lp.scheme == _C.Scheme.POWERSGD else name
+
+
+def lossy_layers(plan: Any, skip_names: Sequence[str] = ()) -> list[str]:
+    """Names of the plan's layers that run a lossy scheme (BF16, PowerSGD)."""
+    from poseidon import _C
+
+    lossy = (_C.Scheme.BF16, _C.Scheme.POWERSGD)
+    return [lp.name for lp in plan.layers if lp.scheme in lossy and lp.name not in skip_names]
+
+
+def why_chosen(plan: Any, lp: Any) -> str:
+    """Why the plan runs `lp` under its scheme: forced, the only candidate, or the margin over
+    the runner-up among the schemes that serve the layer and the compression allows — by
+    predicted time when the link's rate is known, else by bytes (cost_model.h, Note [time
+    model])."""
+    from poseidon import _C
+
+    if lp.spec.force != _C.SchemeChoice.AUTO:
+        return "forced"
+    estimates = _C.layer_estimates(lp.spec, plan.num_workers, plan.num_servers,
+                                   plan.powersgd_rank, plan.rates)  # fmt: skip
+    spec = lp.spec
+    pays = _C.powersgd_pays(spec.m, spec.n, plan.powersgd_rank)
+    rivals = [e for e in estimates if e.applicable and e.scheme != lp.scheme
+              and _C.scheme_allowed(e.scheme, plan.compression)
+              and (e.scheme != _C.Scheme.POWERSGD or pays)]  # fmt: skip
+    if not rivals:
+        unpaid = not pays and any(e.scheme == _C.Scheme.POWERSGD and e.applicable
+                                  and _C.scheme_allowed(e.scheme, plan.compression)
+                                  for e in estimates)  # fmt: skip
+        if unpaid:
+            return "PowerSGD would not halve its bytes (2·r·(M+N) >= M·N)"
+        return "the only scheme allowed that serves it"
+    by_time = plan.rates.link_bytes_per_s > 0
+    key = (lambda e: e.seconds) if by_time else (lambda e: e.wire_bytes)
+    best = min(rivals, key=key)
+    mine = lp.estimate
+    if by_time:
+        return f"{_seconds(best.seconds - mine.seconds)} faster than {_C.scheme_name(best.scheme)}"
+    if key(best) == key(mine):
+        return f"as many bytes as {_C.scheme_name(best.scheme)} (ties: exact first)"
+    return f"{_bytes(best.wire_bytes - mine.wire_bytes)} fewer than {_C.scheme_name(best.scheme)}"
+
+
 def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
     """A `_C.Plan` as a table: layer, kind, M×N weight, K, PS and SFB MB per iteration (per
-    node: a worker and a shard on it), the scheme; then the totals. Layers named in
+    node: a worker and a shard on it), BF16 and PowerSGD MB when the compression allows
+    lossy schemes, the scheme, its predicted ms per iteration when the link's rate is known,
+    and why it won; then the totals and the layers that run lossy. Layers named in
     `skip_names` are left out (poseidon.torch's broadcast unit: no traffic per iteration)."""
     from poseidon import _C
 
     kinds = {_C.LayerKind.FC: "FC", _C.LayerKind.CONV: "conv", _C.LayerKind.OTHER: "other"}
-    header = ("layer", "kind", "MxN", "K", "PS MB/iter", "SFB MB/iter", "scheme")
+    lossy = lossy_layers(plan, skip_names)
+    show_lossy = plan.compression != _C.Compression.NONE or bool(lossy)
+    timed = plan.rates.link_bytes_per_s > 0
+    header = ["layer", "kind", "MxN", "K", "PS MB/iter", "SFB MB/iter"]
+    if show_lossy:
+        header += ["BF16 MB/iter", "PowerSGD MB/iter"]
+    header += ["scheme", *(["ms/iter"] if timed else []), "why"]
     body = []
-    ps_total = hybrid = 0.0
+    ps_total = hybrid = seconds = 0.0
     for lp in plan.layers:
         spec, cost = lp.spec, lp.cost
         if spec.name in skip_names:
             continue
-        fc = spec.kind == _C.LayerKind.FC
-        sfb = lp.scheme == _C.Scheme.SFB
+        estimates = _C.layer_estimates(spec, plan.num_workers, plan.num_servers,
+                                       plan.powersgd_rank, plan.rates)  # fmt: skip
+        shown = {e.scheme: _mb(e.wire_bytes) if e.applicable else "-" for e in estimates}
         ps_total += cost.ps_bytes
-        hybrid += cost.sfb_bytes if sfb else cost.ps_bytes
-        body.append((spec.name, kinds[spec.kind], f"{spec.m}x{spec.n}", str(spec.k),
-                     _mb(cost.ps_bytes), _mb(cost.sfb_bytes) if fc else "-",
-                     "SFB" if sfb else "PS"))  # fmt: skip
+        hybrid += lp.estimate.wire_bytes
+        seconds += lp.estimate.seconds
+        row = [spec.name, kinds[spec.kind], f"{spec.m}x{spec.n}", str(spec.k),
+               shown[_C.Scheme.PS], shown[_C.Scheme.SFB]]  # fmt: skip
+        if show_lossy:
+            row += [shown[_C.Scheme.BF16], shown[_C.Scheme.POWERSGD]]
+        row += [scheme_label(lp), *([f"{1e3 * lp.estimate.seconds:.2f}"] if timed else []),
+                why_chosen(plan, lp)]  # fmt: skip
+        body.append(row)
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
+    scheme_column = header.index("scheme")  # it and "why" are words: left-aligned
+    timed_column = header.index("ms/iter") if timed else -1
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
-            c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+            c.ljust(w) if i < 3 or (i >= scheme_column and i != timed_column) else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths))
         ).rstrip()
 
+    allowance = _C.compression_name(plan.compression)
+    if plan.compression in (_C.Compression.POWERSGD, _C.Compression.AUTO):
+        allowance += f", PowerSGD rank {plan.powersgd_rank}"
+    rate = (f"link {8 * plan.rates.link_bytes_per_s / 1e6:g} Mbit/s" if timed
+            else "link rate unknown: schemes ranked by bytes")  # fmt: skip
     out = [
         f"P1={plan.num_workers} workers, P2={plan.num_servers} shards; MB (1e6 bytes) "
-        "sent+received per node per iteration, fp32 weights (docs/paper.md §4)",
+        "sent+received per node per iteration, fp32 weights (docs/paper.md §4); "
+        f"compression {allowance}; {rate}",
         line(header),
         line(["-" * w for w in widths]),
         *(line(b) for b in body),
-        f"total: all PS {_mb(ps_total)} MB/iter; hybrid (chosen schemes) {_mb(hybrid)} MB/iter",
+        f"total: all PS {_mb(ps_total)} MB/iter; hybrid (chosen schemes) {_mb(hybrid)} MB/iter"
+        + (f", {1e3 * seconds:.2f} ms/iter predicted" if timed else ""),
+        f"lossy layers: {', '.join(lossy) if lossy else 'none (every gradient exact)'}",
     ]
     return "\n".join(out)

@@ -3,9 +3,9 @@
 `poseidon/include/poseidon/cost_model.h` states next to each CommCost field the formula that
 `comm_cost` computes (poseidon/tests/test_cost_model.cc checks the numbers). Each of those
 formulas, and BestScheme's inequality between the SFB and colocated PS costs, must appear as
-written in docs/paper.md §4 and docs/communication.md §5; and the time model's table (Note [time
-model]: wire bytes, flops and memory bytes per scheme) must appear in docs/communication.md
-§5. Reads files only.
+written in docs/paper.md §4 and docs/communication.md §5; and the time model's table
+(Note [time model]: wire bytes, flops and memory bytes per scheme) must appear in
+docs/communication.md §5 too. Reads files only.
 """
 
 from __future__ import annotations

@@ -200,3 +200,34 @@ def test_a_caffe_net_and_a_torch_model_are_planned_by_the_same_code(
     assert len(calls) == 2 and all(isinstance(x, SyncLayer) for layout in calls for x in layout)
     assert [x.name for x in calls[0]] == ["conv1", "fc1", "fc2"]
     assert [(x.name, x.shape.kind) for x in calls[1]] == [("(root)", "FC")]
+
+
+def test_compression_in_the_printed_plan(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--compression lets the cost model pick lossy schemes: the table grows BF16 and PowerSGD
+    columns, the scheme says the rank, each row why, and the lossy layers are named; with the
+    link's rate the model ranks by predicted time and prints it."""
+    path = tmp_path / "tiny.prototxt"
+    path.write_text(NET)
+    base = ["plan", "--model", str(path), "--workers", "4", "--batch", "500"]
+    assert main(base) == 0
+    exact = capsys.readouterr().out
+    assert "BF16 MB/iter" not in exact and "lossy layers: none (every gradient exact)" in exact
+    assert re.search(r"fc1\s+FC\s+512x144\s+500\s+\S+\s+\S+\s+PS\s+[\d.]+ [kM]?B fewer than SFB",
+                     exact)  # fmt: skip
+    assert main([*base, "--compression", "auto"]) == 0
+    lossy = capsys.readouterr().out
+    assert "BF16 MB/iter  PowerSGD MB/iter" in lossy
+    chosen = r"fc1\s+FC\s+512x144\s+500(\s+\S+){4}\s+PowerSGD r4\s+[\d.]+ [kMG]?B fewer than"
+    assert re.search(chosen, lossy)
+    assert re.search(r"lossy layers: .*fc1", lossy)
+    assert main([*base, "--compression", "powersgd:2", "--bandwidth", "100mbit"]) == 0
+    timed = capsys.readouterr().out
+    assert "ms/iter" in timed and "PowerSGD r2" in timed and "link 100 Mbit/s" in timed
+    assert re.search(r"ms faster than", timed)
+    # A forced scheme that the layer cannot serve, a bad value: errors naming them.
+    assert main([*base, "--layer-schemes", "conv1=sfb"]) == 2
+    assert "--layer-schemes: layer 'conv1' (conv, 4x27) cannot take sfb" in capsys.readouterr().err
+    assert main([*base, "--compression", "zip"]) == 2
+    assert "--compression='zip'" in capsys.readouterr().err
+    assert main([*base, "--powersgd-rank", "0"]) == 2
+    assert "--powersgd-rank must be >= 1" in capsys.readouterr().err

@@ -78,6 +78,13 @@ bool scheme_allowed(Scheme scheme, Compression compression);
 // The rank a PowerSGD layer really uses: min(rank, m, n).
 uint64_t powersgd_effective_rank(uint64_t rank, uint64_t m, uint64_t n);
 
+// Whether the cost model may pick PowerSGD for an m×n weight at `rank`: only
+// when the factors are at most half the matrix, 2·r·(m+n) < m·n with
+// r = min(rank, m, n) — PyTorch's hook's rule (min_compression_rate = 2). A
+// small weight gains too little for the extra round and the approximation;
+// forcing PowerSGD on it still works.
+bool powersgd_pays(uint64_t m, uint64_t n, uint64_t rank);
+
 // One scheme's cost for one layer (Note [time model]).
 struct SchemeEstimate {
   Scheme scheme = Scheme::kPS;
@@ -103,7 +110,7 @@ std::vector<SchemeEstimate> estimate_schemes(LayerKind kind, uint64_t m, uint64_
 // when rates.link_bytes_per_s is 0; ties by SFB, PS, BF16, PowerSGD).
 bool ranks_before(const SchemeEstimate& a, const SchemeEstimate& b, const Rates& rates);
 // The model's pick among the schemes applicable to the layer and allowed by
-// `compression` (PS always is). Pure.
+// `compression` (PS always is), PowerSGD only where powersgd_pays. Pure.
 Scheme choose_scheme(LayerKind kind, uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2,
                      Compression compression, uint64_t rank, uint64_t num_floats,
                      const Rates& rates);

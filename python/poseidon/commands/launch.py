@@ -21,6 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(the DDP-style baseline: workers only, no coordinator or shards)")  # fmt: skip
     p.add_argument("--scheme", choices=SCHEMES, default="auto",
                    help="with --sync poseidon: auto (BestScheme), or force ps / sfb")  # fmt: skip
+    p.add_argument("--compression",
+                   help="with --sync poseidon: lossy schemes the cost model may pick per "
+                   "layer: none (default), bf16, powersgd[:R], auto[:R] "
+                   "(POSEIDON_COMPRESSION)")  # fmt: skip
+    p.add_argument("--powersgd-rank", type=int,
+                   help="PowerSGD's rank, default 4 (POSEIDON_POWERSGD_RANK)")  # fmt: skip
     p.add_argument("--no-colocate", dest="colocate", action="store_false",
                    help="run every shard as its own process (default: shard r inside worker r, "
                    "the paper's layout)")  # fmt: skip
@@ -41,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     import shlex
 
     from poseidon.commands._common import fail
+    from poseidon.config import SettingError, parse_compression, parse_positive
     from poseidon.launch import JobSpec, parse_hostfile, run_job
     from poseidon.timeline import per_worker_path
 
@@ -56,6 +63,17 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1 or (args.servers is not None and args.servers < 1):
         return fail("launch", "-n and -s must be >= 1")
     servers = args.servers or (len(hosts) if hosts else args.workers)
+    job_settings = {}
+    try:
+        if args.compression is not None:
+            job_settings["POSEIDON_COMPRESSION"] = parse_compression(args.compression,
+                                                                     "--compression")  # fmt: skip
+        if args.powersgd_rank is not None:
+            job_settings["POSEIDON_POWERSGD_RANK"] = str(
+                parse_positive(str(args.powersgd_rank), "--powersgd-rank")
+            )
+    except SettingError as e:
+        return fail("launch", e)
     timeline = args.timeline or ""
     if timeline:
         timeline = per_worker_path(timeline)
@@ -64,6 +82,6 @@ def run(args: argparse.Namespace) -> int:
         scheme=args.scheme, timeline=timeline, log_dir=args.log_dir or "",
         chunk_bytes=args.chunk_bytes or "", timeout_ms=args.timeout_ms,
         coordinator_port=args.port or (29600 if hosts else 0), hosts=hosts,
-        ssh=shlex.split(args.ssh), colocate=args.colocate,
+        ssh=shlex.split(args.ssh), colocate=args.colocate, extra_env=job_settings,
     )  # fmt: skip
     return run_job(spec)

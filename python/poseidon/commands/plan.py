@@ -13,12 +13,13 @@ poseidon.torch.DistributedDataParallel makes for that model (docs/pytorch.md).""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-HELP = "print PS vs SFB bytes per iteration and the chosen scheme for each layer"
+HELP = "print each layer's bytes per iteration under every scheme, the chosen one, and why"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from poseidon.config import PLAN_SYNC_MODES, SCHEMES
+    from poseidon.config import DEFAULT_POWERSGD_RANK, PLAN_SYNC_MODES, SCHEMES
 
     p.add_argument("--solver", help="the job's solver prototxt: its train net and iter_size")
     p.add_argument("--model", help="net prototxt (instead of the solver's net)")
@@ -44,17 +45,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--layer-schemes",
         default="",
-        help="per-layer choices over BestScheme's, e.g. fc7=ps,fc8=ps (POSEIDON_LAYER_SCHEMES)",
+        help="per-layer choices over the cost model's, e.g. fc7=ps,fc8=powersgd "
+        "(POSEIDON_LAYER_SCHEMES)",
     )
+    p.add_argument("--compression", default="none",
+                   help="lossy schemes the cost model may pick: none, bf16, powersgd[:R], "
+                   "auto[:R] (POSEIDON_COMPRESSION)")  # fmt: skip
+    p.add_argument("--powersgd-rank", type=int, default=DEFAULT_POWERSGD_RANK,
+                   help="PowerSGD's rank (POSEIDON_POWERSGD_RANK)")  # fmt: skip
+    p.add_argument("--bandwidth", default="0",
+                   help="the link's goodput (e.g. 100mbit, 10gbit): rank schemes by predicted "
+                   "time and print it; default unknown: by bytes (POSEIDON_LINK_RATE)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     from caffe.errors import CaffeError, InputShapeError
-    from caffe.parallel.layout import sync_layout
+    from caffe.parallel.layout import broadcast_unit_specs, sync_layout
     from poseidon.commands._common import fail
     from poseidon.commands.plan_net import parse_input_shapes, plan_net
     from poseidon.config import SettingError, parse_layer_schemes
-    from poseidon.plan import format_plan, plan_layout
+    from poseidon.plan import BROADCAST_NAME, format_plan, plan_layout
 
     servers = args.servers or args.workers
     if args.torch and (args.model or args.solver):
@@ -63,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("plan", "give the job's --solver, a --model or a --torch model")
     if args.workers < 1 or servers < 1:
         return fail("plan", "--workers and --servers must be >= 1")
-    for flag, value in (("--batch", args.batch), ("--iter-size", args.iter_size)):
+    for flag, value in (("--batch", args.batch), ("--iter-size", args.iter_size),
+                        ("--powersgd-rank", args.powersgd_rank)):  # fmt: skip
         if value is not None and value < 1:
             return fail("plan", f"{flag} must be >= 1")
     try:
@@ -82,12 +93,28 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, CaffeError) as e:
         return fail("plan", f"cannot load {what}: {e}")
     try:
-        plan = plan_layout(sync_layout(target.net), args.workers, servers, target.iter_size,
-                           args.sync, args.scheme, forced, what="--layer-schemes")  # fmt: skip
+        layout = sync_layout(target.net)
+        extra = broadcast_unit_specs(target.net, layout, args.sync, args.compression, forced)
+        plan = plan_layout(layout, args.workers, servers, target.iter_size, args.sync,
+                           args.scheme, forced, what="--layer-schemes", extra_specs=extra,
+                           **_allowance(args))  # fmt: skip
     except ValueError as e:
         return fail("plan", e)
-    print(format_plan(plan))
+    print(format_plan(plan, skip_names=(BROADCAST_NAME,)))
     return 0
+
+
+def _allowance(args: argparse.Namespace) -> dict[str, Any]:
+    """plan_layout's compression, powersgd_rank and rates from the command's options, checked
+    as the job's settings are (ValueError naming the option)."""
+    from poseidon.config import Config, parse_compression, parse_link_rate
+
+    config = Config(compression=parse_compression(args.compression, "--compression"),
+                    powersgd_rank=args.powersgd_rank,
+                    link_rate=parse_link_rate(args.bandwidth, "--bandwidth"))  # fmt: skip
+    config.check()
+    kind, rank = config.allowance()
+    return {"compression": kind, "powersgd_rank": rank, "rates": config.rates()}
 
 
 def _plan_torch(args: argparse.Namespace, servers: int, forced: dict[str, str]) -> int:
@@ -109,7 +136,8 @@ def _plan_torch(args: argparse.Namespace, servers: int, forced: dict[str, str]) 
         rows = measure_linear_rows(model, units, inputs, {})
         plan = plan_layout(unit_layout(units, rows), args.workers, servers, args.iter_size or 1,
                            args.sync, args.scheme, forced, what="layer_schemes",
-                           extra_specs=[broadcast_spec(model, units)])  # fmt: skip
+                           extra_specs=[broadcast_spec(model, units)],
+                           **_allowance(args))  # fmt: skip
     except (ValueError, ImportError, OSError, RowsUnknownError) as e:
         return fail("plan", e)
     print(format_torch_plan(plan))

@@ -20,6 +20,8 @@ from poseidon import _C
 from poseidon.sync.factors import FactorLog
 from poseidon.sync.job import Session
 from poseidon.sync.layout import SyncLayer
+from poseidon.sync.powersgd import seed_draws
+from poseidon.sync.powersgd_round import PowerSGDExchange
 from poseidon.sync.round import LayerRound, Rebuild
 from poseidon.timeline import Timeline
 
@@ -42,6 +44,10 @@ class SyncClient:
         self.comm_thread = ThreadPoolExecutor(1, "poseidon-submit") if on_cuda else None
         self.plan: _C.Plan | None = None
         self.rounds: list[LayerRound] = []
+        # PowerSGD: the first Q of each such layer (the same draw on every worker), and the
+        # thread that starts a layer's Q round when its P sum is back (powersgd_round.py).
+        self.seed_draws: dict[int, int] = {}
+        self.continuation: ThreadPoolExecutor | None = None
         self._closed = False
 
     @staticmethod
@@ -58,18 +64,66 @@ class SyncClient:
     # ----- the plan -------------------------------------------------------------------------
     def agree_on_plan(self, specs: Sequence[Any]) -> dict[int, str]:
         """Declare this worker's LayerSpecs (poseidon.plan.layer_specs) to the coordinator
-        and wait for the plan every worker runs; returns each layer id's scheme, "PS" or
-        "SFB"."""
-        self.plan = self.worker.plan(list(specs))
-        return {lp.layer_id: "SFB" if lp.scheme == _C.Scheme.SFB else "PS"
-                for lp in self.plan.layers}  # fmt: skip
+        and wait for the plan every worker runs; returns each layer id's scheme, "PS", "SFB",
+        "BF16" or "PowerSGD". Raises ValueError when the coordinator plans with another
+        compression than this worker's settings ask for."""
+        plan = self.worker.plan(list(specs))
+        kind, rank = self.session.config.allowance()
+        asked = getattr(_C.Compression, kind.upper())
+        ranked = asked != _C.Compression.NONE
+        if plan.compression != asked or (ranked and plan.powersgd_rank != rank):
+            raise ValueError(
+                f"worker {self.rank} asks for compression {kind} (PowerSGD rank {rank}), but the "
+                f"job's coordinator plans with {_C.compression_name(plan.compression)} (rank "
+                f"{plan.powersgd_rank}): set POSEIDON_COMPRESSION for the whole job (`poseidon "
+                "launch` passes its environment to every process)"
+            )
+        self.plan = plan
+        powersgd = [lp.layer_id for lp in plan.layers if lp.scheme == _C.Scheme.POWERSGD]
+        # The hook's RandomState(0), one draw per compressed layer in plan order.
+        self.seed_draws = dict(zip(powersgd, seed_draws(0, len(powersgd))))
+        return {lp.layer_id: _C.scheme_name(lp.scheme) for lp in plan.layers}
 
     # ----- rounds ---------------------------------------------------------------------------
-    def ps_round(self, layer: SyncLayer, diff: torch.Tensor) -> LayerRound:
-        """A PS round for `layer`, whose gradient is the flat float32 range `diff`."""
-        return self._add(LayerRound(self.worker, layer, "PS", diff=diff, device=self.device,
-                                    side_stream=self.side_stream,
+    def dense_round(self, layer: SyncLayer, diff: torch.Tensor) -> LayerRound:
+        """The round of `layer`, whose gradient is the flat float32 range `diff`, under the
+        scheme the plan gave it: PS, BF16 or PowerSGD."""
+        assert self.plan is not None, "agree on the plan first"
+        planned = self.plan.find(layer.index)
+        scheme = _C.scheme_name(planned.scheme) if planned is not None else "PS"
+        exchange = None
+        if scheme == "PowerSGD":
+            if self.continuation is None:
+                self.continuation = ThreadPoolExecutor(1, "poseidon-powersgd")
+            exchange = PowerSGDExchange(self.worker, layer, planned, diff,
+                                        seed_draw=self.seed_draws[layer.index],
+                                        continuation=self.continuation,
+                                        side_stream=self.side_stream,
+                                        comm_thread=self.comm_thread)  # fmt: skip
+        return self._add(LayerRound(self.worker, layer, scheme, diff=diff, powersgd=exchange,
+                                    device=self.device, side_stream=self.side_stream,
                                     comm_thread=self.comm_thread))  # fmt: skip
+
+    def compression_state(self) -> dict[str, dict[str, Any]]:
+        """This worker's PowerSGD state (error feedback, warm-start Q) per layer name: what
+        a snapshot keeps so that a resumed job goes on as if never stopped. Between steps."""
+        return {r.name: r.powersgd.state_dict() for r in self.rounds if r.powersgd is not None}
+
+    def load_compression_state(self, state: dict[str, dict[str, Any]]) -> None:
+        """Restore `compression_state()`; raises ValueError naming a layer that does not fit
+        (nothing is changed then)."""
+        mine = {r.name: r.powersgd for r in self.rounds if r.powersgd is not None}
+        if set(state) != set(mine):
+            raise ValueError(f"PowerSGD state for layers {sorted(state)}, but this job "
+                             f"compresses {sorted(mine)} with PowerSGD")  # fmt: skip
+        saved = {name: exchange.state_dict() for name, exchange in mine.items()}
+        try:
+            for name, exchange in mine.items():
+                exchange.load_state_dict(state[name])
+        except ValueError as e:
+            for name, exchange in mine.items():
+                exchange.load_state_dict(saved[name])
+            raise ValueError(f"PowerSGD state of layer {name!r}: {e}") from None
 
     def sfb_round(self, layer: SyncLayer, factors: FactorLog, capacity_rows: int,
                   rebuild: Rebuild) -> LayerRound:  # fmt: skip
@@ -102,7 +156,8 @@ class SyncClient:
         try:
             self.session.close(error, timeout_s)
         finally:
-            if self.comm_thread is not None:
-                self.comm_thread.shutdown(wait=False)
+            for thread in (self.comm_thread, self.continuation):
+                if thread is not None:
+                    thread.shutdown(wait=False)
             if self.timeline is not None:
                 self.timeline.close()  # what it saw, also of a job that failed

@@ -43,6 +43,9 @@ class SyncLayer:
     param_ids: tuple[int, ...]  # the front end's parameter ids it owns (Caffe: solver order)
     late: bool  # parameters shared with a later layer: synced after the whole backward
     shape: CommShape  # per pass; K of an iteration is rows × passes (iter_size)
+    # The weight at the range's start is stored N × M, not M × N (Caffe's InnerProduct with
+    # transpose: true): PowerSGD reorders it (sync/powersgd_round.py).
+    transposed: bool = False
 
     @property
     def num_floats(self) -> int:

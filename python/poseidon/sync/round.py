@@ -6,6 +6,10 @@ poseidon.torch: a buffer the unit's .grad tensors are copied into), registered w
 core once (on CUDA through pinned host staging: Note [GPU path] in staging.py), pushed to
 the shards and pulled back summed; `finish` leaves the MEAN in `diff`.
 
+BF16: as PS; the comm core rounds the gradient to 16 bits on the wire and sums in fp32
+(docs/communication.md §7). PowerSGD: the layer's gradient range goes through its
+PowerSGDExchange (powersgd_round.py), two sums one after the other; `finish` leaves the mean.
+
 SFB: the layer's FactorLog (factors.py) is packed and all-gathered among the workers;
 `finish` hands every worker's factors, stacked on the device, to the front end's `rebuild`,
 which adds scale·dyᵀ·x into its own weight's gradient (only the front end knows how its
@@ -28,6 +32,7 @@ import torch
 
 from poseidon.sync.factors import FactorLog, stack_factors
 from poseidon.sync.layout import SyncLayer
+from poseidon.sync.powersgd_round import PowerSGDExchange
 from poseidon.sync.staging import GradientStaging, to_host_async
 from poseidon.timeline import Timeline
 
@@ -40,9 +45,11 @@ class FactorOverflowError(RuntimeError):
 
 
 class LayerRound:
-    """The round of one layer of `worker` (a connected `_C.Worker`) under `scheme`.
+    """The round of one layer of `worker` (a connected `_C.Worker`) under `scheme` ("PS",
+    "SFB", "BF16" or "PowerSGD").
 
-    PS takes `diff`, the layer's flat gradient range. SFB takes `factors` (the layer's
+    PS and BF16 take `diff`, the layer's flat gradient range; PowerSGD its `powersgd`
+    exchange (which holds the range). SFB takes `factors` (the layer's
     FactorLog), `capacity_rows` (the most rows of factors one worker sends in a step: the
     comm core's buffers are sized for it), `rebuild` and the `device` the layer's weight
     lives on (where the factors are stacked for the rebuild GEMM)."""
@@ -57,6 +64,7 @@ class LayerRound:
         factors: FactorLog | None = None,
         capacity_rows: int = 0,
         rebuild: Rebuild | None = None,
+        powersgd: PowerSGDExchange | None = None,
         device: torch.device | None = None,
         side_stream: torch.cuda.Stream | None = None,
         comm_thread: ThreadPoolExecutor | None = None,
@@ -76,12 +84,17 @@ class LayerRound:
         self.rebuild = rebuild
         self.capacity_rows = capacity_rows
         self.device = device if device is not None else torch.device("cpu")
-        if scheme == "PS":
+        self.powersgd = powersgd
+        self.factor_floats = 0
+        if scheme in ("PS", "BF16"):  # BF16: the comm core rounds on the wire
             if diff is None:
-                raise ValueError(f"layer {layer.name!r}: a PS round needs its gradient range")
+                raise ValueError(f"layer {layer.name!r}: a {scheme} round needs its gradient "
+                                 "range")  # fmt: skip
             self.staging = GradientStaging(diff, side_stream)
             worker.register_layer(layer.index, self.staging.host_array())
-            self.factor_floats = 0
+        elif scheme == "PowerSGD":
+            if powersgd is None:
+                raise ValueError(f"layer {layer.name!r}: a PowerSGD round needs its exchange")
         else:
             if factors is None or rebuild is None:
                 raise ValueError(f"layer {layer.name!r}: an SFB round needs factors and rebuild")
@@ -100,9 +113,16 @@ class LayerRound:
 
     @property
     def diff(self) -> torch.Tensor:
-        """A PS layer's gradient range (the device side)."""
+        """A PS, BF16 or PowerSGD layer's gradient range (the device side)."""
+        if self.powersgd is not None:
+            return self.powersgd.diff
         assert self.staging is not None, "an SFB round has no gradient range"
         return self.staging.diff
+
+    @property
+    def exact(self) -> bool:
+        """Whether the round moves the gradient exactly (PS, SFB): only those carry weights."""
+        return self.scheme in ("PS", "SFB")
 
     # ----- sending --------------------------------------------------------------------------
     def submit(self, iteration: int, now_us: float = 0.0) -> None:
@@ -110,6 +130,9 @@ class LayerRound:
         (asynchronous); `now_us` is the time on the job's timeline, if it keeps one."""
         self.iteration, self.submitted, self.submitted_us = iteration, True, now_us
         index = self.layer.index
+        if self.powersgd is not None:
+            self.handle = self.powersgd.submit(iteration)
+            return
         if self.staging is not None:
             self.staging.to_host()
             copied: Callable[[], Any] | None = self.staging.wait_host
@@ -149,6 +172,9 @@ class LayerRound:
             self._record(handle, waited_us, timeline)
         self.handle, self.submitted = None, False
         scale = 1.0 / num_workers
+        if self.powersgd is not None:
+            self.powersgd.finish(num_workers)  # the mean already
+            return
         if self.staging is not None:
             self.staging.to_device()
             self.staging.diff.mul_(scale)

@@ -69,7 +69,10 @@ class DistributedDataParallel(nn.Module):
     find_unused_parameters (always handled), static_graph and the rest are ignored.
     Poseidon's own: `sync` (POSEIDON_SYNC: poseidon = WFBP + HybComm, wfbp = all PS,
     ps-nooverlap = all PS after the whole backward), `scheme` / `layer_schemes` (force PS or
-    SFB, as POSEIDON_SCHEME / POSEIDON_LAYER_SCHEMES), `wait` (Note [when gradients move]),
+    SFB, as POSEIDON_SCHEME / POSEIDON_LAYER_SCHEMES; a layer may also be forced to "bf16"
+    or "powersgd"), `compression` (the lossy schemes the cost model may pick per layer:
+    "none", the default, "bf16", "powersgd[:R]" or "auto[:R]", as POSEIDON_COMPRESSION) and
+    `powersgd_rank`, `wait` (Note [when gradients move]),
     `accumulation_steps` (micro-batches per synchronised step, so that SFB layers are sized
     for their factors) and `sfb_rows` (each nn.Linear's K, when known: no probe forward)."""
 
@@ -90,6 +93,8 @@ class DistributedDataParallel(nn.Module):
         sync: str | None = None,
         scheme: str | None = None,
         layer_schemes: dict[str, str] | None = None,
+        compression: str | None = None,
+        powersgd_rank: int | None = None,
         wait: str = "backward",
         accumulation_steps: int = 1,
         sfb_rows: int | None = None,
@@ -122,7 +127,9 @@ class DistributedDataParallel(nn.Module):
         self.plan: _C.Plan | None = None
         self._hooks: list[Any] = []
         self._backward_mark_us = 0.0  # the timeline's last backward event
-        session = join({"sync": sync, "scheme": scheme, "layer_schemes": layer_schemes})
+        self._compression_state: dict[str, Any] | None = None  # to load when planned
+        session = join({"sync": sync, "scheme": scheme, "layer_schemes": layer_schemes,
+                        "compression": compression, "powersgd_rank": powersgd_rank})  # fmt: skip
         self.config = session.config
         self.client = SyncClient(session, self.device, SyncClient.timeline_of(self.config))
         self.timeline: Timeline | None = self.client.timeline  # POSEIDON_TIMELINE
@@ -174,6 +181,9 @@ class DistributedDataParallel(nn.Module):
         self.worker.register_sfb_layer(broadcast_id, self.broadcaster.capacity)
         self._attach()
         self._planned = True
+        if self._compression_state is not None:
+            state, self._compression_state = self._compression_state, None
+            self.client.load_compression_state(state)
         if self.rank == 0:  # as the Caffe path does: what each layer moves, and how
             print(f"[poseidon] {self.num_workers} workers, sync mode {self.config.sync}"
                   f"\n{format_torch_plan(self.plan)}", file=sys.stderr, flush=True)  # fmt: skip
@@ -277,6 +287,23 @@ class DistributedDataParallel(nn.Module):
                 if sync.factors is not None:
                     sync.factors.waiting.clear()  # inputs of forwards that had no backward
         self.iteration += 1
+
+    # ----- PowerSGD's state ---------------------------------------------------------------
+    def compression_state(self) -> dict[str, Any]:
+        """This worker's PowerSGD state per module name (error feedback and warm-start Q;
+        empty when no layer runs PowerSGD): save it with the checkpoint of each rank, so that
+        a resumed job goes on as if never stopped. Between steps."""
+        self.synchronize()
+        return self.client.compression_state()
+
+    def load_compression_state(self, state: dict[str, Any]) -> None:
+        """Restore `compression_state()` of the same rank and model: now, or when the plan is
+        made (at the first forward, for a model with nn.Linear layers). Raises ValueError
+        naming the layer that does not fit (then, or at that forward)."""
+        if not self._planned:
+            self._compression_state = state
+            return
+        self.client.load_compression_state(state)
 
     # ----- nn.Module -----------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:

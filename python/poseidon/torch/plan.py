@@ -25,11 +25,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from poseidon.plan import format_plan, layer_spec, layer_specs
+from poseidon.plan import BROADCAST_NAME, format_plan, layer_specs
+from poseidon.plan import broadcast_spec as unit_spec
 from poseidon.sync.broadcast import BROADCAST_FLOATS
 from poseidon.torch.units import SyncUnit, unit_layout
-
-BROADCAST_NAME = "(broadcast)"
 
 
 def state_tensors(model: nn.Module) -> list[torch.Tensor]:
@@ -46,8 +45,7 @@ def broadcast_floats(model: nn.Module) -> int:
 
 def broadcast_spec(model: nn.Module, units: list[SyncUnit]) -> Any:
     """The broadcast unit's LayerSpec (id len(units), after the model's units)."""
-    floats = broadcast_floats(model)
-    return layer_spec(len(units), BROADCAST_NAME, "FC", floats, 1, 1, floats, "sfb")
+    return unit_spec(len(units), broadcast_floats(model))
 
 
 def torch_layer_specs(model: nn.Module, units: list[SyncUnit], rows: dict[int, int],

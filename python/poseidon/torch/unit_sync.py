@@ -39,9 +39,9 @@ class UnitSync:
         self.ready = 0  # parameters whose .grad is final for this backward
         self.factors: FactorLog | None = None
         self.flat: torch.Tensor | None = None
-        if scheme == "PS":
+        if scheme != "SFB":  # PS, BF16, PowerSGD: the unit's gradients in one flat range
             self.flat = torch.zeros(unit.num_floats, dtype=torch.float32, device=client.device)
-            self.round = client.ps_round(layer, self.flat)
+            self.round = client.dense_round(layer, self.flat)
         else:
             linear = unit.module
             assert isinstance(linear, nn.Linear)

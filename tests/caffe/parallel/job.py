@@ -112,10 +112,11 @@ def run_job(
     colocate: bool = True,
     mode: str = "CPU",
     env: dict[str, str] | None = None,
+    extra_args: list[str] | None = None,
 ) -> tuple[list[dict[str, np.ndarray]], str]:
     """Launch the job; returns each rank's saved arrays and the launcher's output.
     `mode` is the solver_mode (GPU: every worker on CUDA device 0); `env` is added to
-    the launcher's environment."""
+    the launcher's environment, `extra_args` to `poseidon launch`'s flags."""
     solver = write_solver(directory, BATCH, iters, extra, name=f"solver_{workers}", mode=mode)
     out_dir = os.path.join(directory, f"out_{sync}_{scheme}_{workers}_{servers}")
     os.makedirs(out_dir, exist_ok=True)
@@ -139,6 +140,7 @@ def run_job(
         command += ["--timeline", timeline]
     if not colocate:
         command.append("--no-colocate")
+    command += extra_args or []
     command += ["--", sys.executable, WORKER, solver, str(iters), out_dir]  # fmt: skip
     env = {**os.environ, "GLOG_minloglevel": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,

@@ -22,6 +22,11 @@ def main() -> int:
     prepare_worker()
     solver = get_solver(solver_path)
     sync = attach_from_environment(solver)
+    if os.environ.get("PERTURB_OTHER_RANKS") and sync.rank > 0:
+        # Start away from rank 0's weights: the start's broadcast must bring them back.
+        for blobs in solver.net.params.values():
+            for blob in blobs:
+                blob.data[...] += 0.5
     try:
         solver.step(iterations)
     except BaseException as e:

@@ -88,7 +88,7 @@ def test_poseidon_plan_prints_the_plan_the_job_ran(job_root):
     the same model and input (K = 12 / 2 rows per worker)."""
     _, _, outputs = job(2, job_root)
     after = outputs[0].split("auto step 0\n", 1)[1]
-    ran = after[after.index("P1=2") : after.index("\n", after.index("total:"))]
+    ran = after[after.index("P1=2") : after.index("\n", after.index("lossy layers:"))]
     command = [sys.executable, "-m", "poseidon.cli", "plan", "--workers", "2", "--torch",
                "tests/poseidon/torch/models.py:mlp", "--torch-input", "6,20"]  # fmt: skip
     printed = subprocess.run(command, cwd=REPO, env=env_for(), capture_output=True, text=True,
@@ -139,10 +139,13 @@ def test_poseidon_launch_runs_the_same_script(tmp_path):
             np.testing.assert_allclose(value, reference[name], rtol=0, atol=TOLERANCE)
 
 
-def test_a_killed_worker_ends_the_others_within_10s_naming_it(tmp_path):
+@pytest.mark.parametrize("compression", ["none", "powersgd:2"])
+def test_a_killed_worker_ends_the_others_within_10s_naming_it(tmp_path, compression):
+    """Also in a PowerSGD round, whose Q sum waits on a continuation thread."""
     port = free_port_block()
     procs = [subprocess.Popen([*WORKER, str(tmp_path), "100000", "auto"], cwd=REPO,
-                              env=torchrun_env(rank, 3, port), stdout=subprocess.PIPE,
+                              env=torchrun_env(rank, 3, port, POSEIDON_COMPRESSION=compression),
+                              stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
              for rank in range(3)]  # fmt: skip
     try:
@@ -155,6 +158,8 @@ def test_a_killed_worker_ends_the_others_within_10s_naming_it(tmp_path):
         for rank in (0, 2):
             text, _ = procs[rank].communicate(timeout=max(0.1, 10 - (time.monotonic() - killed)))
             assert procs[rank].returncode not in (0, None), text[-3000:]
+            if rank == 0 and compression != "none":
+                assert "PowerSGD r2" in text, text[-3000:]  # the plan rank 0 printed
             # Rank 1's process also ran shard 1: either may be the first peer found gone.
             assert re.search(r"PeerFailure: .*(worker 1 \(127\.0\.0\.1:\d+\) is gone|server 1 .*"
                              r"is gone.*\[shard 1 ran inside worker 1's process\])",

@@ -1,0 +1,215 @@
+"""The lossy rounds (poseidon/sync/round.py with powersgd_round.py) for several workers on
+threads, against a stand-in of the comm core that sums each part of a layer's buffer: a
+PowerSGD round equals the codec driven by hand with the same sums, over several steps (error
+feedback and warm start carry); a weight stored transposed gives the transposed result; the
+state survives a save and load; a failed P sum reaches `finish`."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from poseidon.sync.layout import CommShape, SyncLayer
+from poseidon.sync.powersgd import PowerSGDLayer
+from poseidon.sync.powersgd_round import PowerSGDExchange
+from poseidon.sync.round import LayerRound
+
+M, N, REST, RANK, WORKERS = 6, 5, 4, 2, 3
+
+
+class Handle:
+    def __init__(self, job: Job, key: tuple, finish, error: str = "") -> None:  # type: ignore[no-untyped-def]
+        self.job, self.key, self.finish, self.error = job, key, finish, error
+
+    def wait(self) -> None:
+        if self.error:
+            raise RuntimeError(self.error)
+        with self.job.changed:
+            ready = lambda: len(self.job.pushed[self.key]) == self.job.size  # noqa: E731
+            assert self.job.changed.wait_for(ready, timeout=10), "a part never completed"
+        self.finish()
+
+    def timing(self) -> None:
+        return None
+
+
+class Job:
+    """The comm core for `size` workers: push_pull(layer, t, part) sums that part of every
+    worker's registered buffer."""
+
+    def __init__(self, size: int, parts: list[slice], fail_part: int = -1) -> None:
+        self.size, self.parts, self.fail_part = size, parts, fail_part
+        self.changed = threading.Condition()
+        self.pushed: dict[tuple, dict[int, np.ndarray]] = {}
+        self.order: list[tuple] = []
+        self.workers = [FakeWorker(self, r) for r in range(size)]
+
+
+class FakeWorker:
+    def __init__(self, job: Job, rank: int) -> None:
+        self.job, self.rank, self.arrays = job, rank, {}
+
+    def register_layer(self, index: int, array: np.ndarray) -> None:
+        self.arrays[index] = array
+
+    def push_pull(self, index: int, iteration: int, part: int = 0) -> Handle:
+        piece = self.job.parts[part]
+        key = (index, iteration, part)
+        with self.job.changed:
+            self.job.order.append((self.rank, iteration, part))
+            pushes = self.job.pushed.setdefault(key, {})
+            pushes[self.rank] = self.arrays[index][piece].copy()
+            self.job.changed.notify_all()
+
+        def reply() -> None:
+            self.arrays[index][piece] = sum(pushes.values())
+
+        error = "peer 1 lost" if part == self.job.fail_part else ""
+        return Handle(self.job, key, reply, error)
+
+    def traffic(self) -> dict:
+        return {}
+
+
+def planned(m: int = M, n: int = N, rest: int = REST, rank: int = RANK) -> SimpleNamespace:
+    r = min(rank, m, n)
+    first = r * m + rest
+    parts = [SimpleNamespace(offset=0, num_floats=first),
+             SimpleNamespace(offset=first, num_floats=r * n)]  # fmt: skip
+    return SimpleNamespace(rank=r, wire_floats=first + r * n, parts=parts)
+
+
+def sync_layer(transposed: bool = False) -> SyncLayer:
+    return SyncLayer(3, "fc", 0, M * N + REST, (0, 1), False, CommShape("FC", M, N, 8),
+                     transposed)  # fmt: skip
+
+
+def make_rounds(job: Job, transposed: bool = False) -> tuple[list[LayerRound], ThreadPoolExecutor]:
+    continuation = ThreadPoolExecutor(1)
+    rounds = []
+    for worker in job.workers:
+        diff = torch.zeros(M * N + REST)
+        exchange = PowerSGDExchange(worker, sync_layer(transposed), planned(), diff,
+                                    seed_draw=1234, continuation=continuation)  # fmt: skip
+        rounds.append(LayerRound(worker, sync_layer(transposed), "PowerSGD", powersgd=exchange))
+    return rounds, continuation
+
+
+def gradients(step: int) -> list[torch.Tensor]:
+    return [torch.randn(M * N + REST, generator=torch.Generator().manual_seed(10 * step + r))
+            for r in range(WORKERS)]  # fmt: skip
+
+
+def by_hand(steps: int) -> list[list[torch.Tensor]]:
+    """The codec with the sums made here: every worker's mean gradient per step."""
+    codecs = [PowerSGDLayer(M, N, RANK, rest=REST, seed_draw=1234) for _ in range(WORKERS)]
+    results = []
+    for step in range(steps):
+        wires = [torch.zeros(c.wire_floats) for c in codecs]
+        for codec, grad, wire in zip(codecs, gradients(step), wires):
+            codec.encode_p(grad, wire)
+        p_sum = sum(c.parts(w)[0].clone() for c, w in zip(codecs, wires))
+        for codec, wire in zip(codecs, wires):
+            codec.parts(wire)[0].copy_(p_sum)
+            codec.encode_q(wire)
+        q_sum = sum(c.parts(w)[1].clone() for c, w in zip(codecs, wires))
+        outs = []
+        for codec, wire in zip(codecs, wires):
+            codec.parts(wire)[1].copy_(q_sum)
+            out = torch.zeros(codec.grad_floats)
+            codec.decode(wire, out, WORKERS)
+            outs.append(out)
+        results.append(outs)
+    return results
+
+
+def run_steps(
+    rounds: list[LayerRound], steps: int, transposed: bool = False
+) -> list[list[torch.Tensor]]:
+    results = []
+    for step in range(steps):
+        for r, grad in zip(rounds, gradients(step)):
+            if transposed:  # the worker's weight is stored N x M
+                grad = torch.cat([grad[: M * N].view(M, N).t().reshape(-1), grad[M * N :]])
+            r.diff.copy_(grad)
+            r.submit(step)
+        for r in rounds:
+            r.finish(WORKERS)
+        out = []
+        for r in rounds:
+            d = r.diff.clone()
+            if transposed:
+                d = torch.cat([d[: M * N].view(N, M).t().reshape(-1), d[M * N :]])
+            out.append(d)
+        results.append(out)
+    return results
+
+
+def two_parts() -> list[slice]:
+    p = planned()
+    return [slice(q.offset, q.offset + q.num_floats) for q in p.parts]
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["MxN", "stored-NxM"])
+def test_a_powersgd_round_is_the_codec_with_every_workers_sums(transposed):
+    job = Job(WORKERS, two_parts())
+    rounds, continuation = make_rounds(job, transposed)
+    try:
+        got = run_steps(rounds, 3, transposed)
+    finally:
+        continuation.shutdown()
+    want = by_hand(3)
+    for step in range(3):
+        for rank in range(WORKERS):
+            torch.testing.assert_close(got[step][rank], want[step][rank], rtol=1e-5, atol=1e-6)
+        # Every worker ends with the same mean; the rest (a bias) is exact.
+        exact_rest = sum(g[M * N :] for g in gradients(step)) / WORKERS
+        torch.testing.assert_close(got[step][0][M * N :], exact_rest)
+    # Part 1 of a step never goes before that worker's part 0.
+    for rank in range(WORKERS):
+        mine = [(t, part) for who, t, part in job.order if who == rank]
+        assert mine == sorted(mine)
+
+
+def test_powersgd_state_saved_and_loaded_resumes_the_same_steps():
+    job = Job(WORKERS, two_parts())
+    rounds, continuation = make_rounds(job)
+    try:
+        run_steps(rounds, 2)
+        states = [r.powersgd.state_dict() for r in rounds]
+        job.pushed.clear()  # the stand-in's rounds are keyed by iteration: start afresh
+        third = run_steps(rounds, 3)[2]  # steps 0..2 again: step 2's gradients at step count 4
+        for r, state in zip(rounds, states):
+            r.powersgd.load_state_dict(state)
+        job.pushed.clear()
+        again = run_steps(rounds, 3)[2]
+    finally:
+        continuation.shutdown()
+    for a, b in zip(third, again):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_failed_p_sum_is_raised_by_finish():
+    job = Job(1, two_parts(), fail_part=0)
+    rounds, continuation = make_rounds(job)
+    try:
+        rounds[0].diff.copy_(gradients(0)[0])
+        rounds[0].submit(0)
+        with pytest.raises(RuntimeError, match="peer 1 lost"):
+            rounds[0].finish(1)
+    finally:
+        continuation.shutdown()
+
+
+def test_a_wire_the_plan_does_not_share_is_refused():
+    job = Job(1, two_parts())
+    refused = r"layer 'fc': PowerSGD's wire is \d+ floats, the plan's 7"
+    with pytest.raises(ValueError, match=refused):
+        PowerSGDExchange(job.workers[0], sync_layer(), SimpleNamespace(
+            rank=RANK, wire_floats=7, parts=planned().parts), torch.zeros(M * N + REST),
+            seed_draw=1, continuation=ThreadPoolExecutor(1))  # fmt: skip
