@@ -19,6 +19,11 @@ layout), every node alike:
   [push order]); a turn's sums go back once the turn's pushes are in. A turn of m < P
   chunks reaches only m shards, whose links carry all of it: the turn moves at m/P of the
   rate at most.
+- Lossy schemes (`compression`): a BF16 layer is a PS layer of 2-byte floats. A PowerSGD
+  layer's round is two PS rounds one after the other, part 0 ([P | rest]) then part 1 (Q);
+  encoding P delays the backward after the layer by its GEMM (the training thread runs it),
+  encoding Q runs between the two rounds (a continuation thread) and decoding before the
+  layer's forward, each at the profile's GEMM rate for r rows (profile_layout.gemm_rate).
 - WFBP: a layer's sync starts when its backward ends and must be complete (and, for SFB,
   rebuilt) before its forward in the next iteration. ps-nooverlap sends every layer after
   the whole backward and waits for all before updating. allreduce is DDP's: buckets of
@@ -78,12 +83,23 @@ class CellPrediction:
 @dataclass
 class _SyncedLayer:
     index: int
-    scheme: str  # "PS" or "SFB"
+    scheme: str  # "PS", "SFB", "BF16" or "PowerSGD"
     late: bool
-    chunk_bytes: list[float]  # PS: the sizes of its chunks, in order
+    chunk_bytes: list[float]  # PS, BF16, PowerSGD's part 0: the sizes of its chunks, in order
     factor_bytes: float  # SFB: one worker's factors
-    rebuild_s: float  # SFB: the rebuild GEMM on P nodes
+    rebuild_s: float  # SFB: the rebuild GEMM on P nodes; PowerSGD: decoding
     skipped_s: float  # SFB: the dW share of backward it skips
+    second_chunk_bytes: list[float] = field(default_factory=list)  # PowerSGD: part 1's
+    encode_p_s: float = 0.0  # PowerSGD: on the training thread, after the layer's backward
+    encode_q_s: float = 0.0  # PowerSGD: between its two rounds
+
+
+@dataclass(frozen=True)
+class Compression:
+    """What a cell may compress: POSEIDON_COMPRESSION's kind and PowerSGD's rank."""
+
+    kind: str = "none"
+    powersgd_rank: int = 4
 
 
 def _planned_layers(
@@ -92,11 +108,18 @@ def _planned_layers(
     nodes: int,
     chunk_bytes: int,
     layer_schemes: dict[str, str] | None = None,
+    link: Link | None = None,
+    compression: Compression = Compression(),
 ) -> list[_SyncedLayer]:
     from poseidon import _C
-    from poseidon.experiments.profile_layout import profile_plan
+    from poseidon.experiments.profile_layout import gemm_rate, profile_plan
 
-    plan = profile_plan(profile, mode, nodes, chunk_bytes, layer_schemes)
+    rates = None
+    if compression.kind != "none" and link is not None:
+        # The coordinator's time model on this cell's link and the profile's GEMM rate.
+        rates = _C.Rates(link.bytes_per_s, gemm_rate(profile, compression.powersgd_rank))
+    plan = profile_plan(profile, mode, nodes, chunk_bytes, layer_schemes, compression.kind,
+                        compression.powersgd_rank, rates)  # fmt: skip
     out = []
     for lp in plan.layers:
         layer = profile.layers[lp.layer_id]
@@ -120,11 +143,19 @@ def _planned_layers(
                 )
             )
             continue
-        sizes = []
-        for chunk in range(lp.num_chunks):
-            begin = chunk * lp.chunk_floats
-            sizes.append(4.0 * max(0, min(lp.chunk_floats, sync.floats - begin)))
-        out.append(_SyncedLayer(lp.layer_id, "PS", sync.late, sizes, 0.0, 0.0, 0.0))
+        parts = [[4.0 * min(p.chunk_floats, p.num_floats - c * p.chunk_floats)
+                  for c in range(p.num_chunks)] for p in lp.parts]  # fmt: skip
+        if lp.scheme == _C.Scheme.BF16:
+            out.append(_SyncedLayer(lp.layer_id, "BF16", sync.late, [b / 2 for b in parts[0]],
+                                    0.0, 0.0, 0.0))  # fmt: skip
+        elif lp.scheme == _C.Scheme.POWERSGD:
+            rate = gemm_rate(profile, lp.rank) or math.inf
+            product = 2.0 * sync.m * sync.n * lp.rank  # one m×n by n×r (or r×n) GEMM
+            out.append(_SyncedLayer(lp.layer_id, "PowerSGD", sync.late, parts[0], 0.0,
+                                    product / rate, 0.0, parts[1], product / rate,
+                                    (product + 4.0 * sync.m * lp.rank**2) / rate))  # fmt: skip
+        else:
+            out.append(_SyncedLayer(lp.layer_id, "PS", sync.late, parts[0], 0.0, 0.0, 0.0))
     return out
 
 
@@ -138,20 +169,22 @@ def predict_cell(
     buckets: Callable[[Profile], list[tuple[list[int], float]]] | None = None,
     threads: int = 2,
     layer_schemes: dict[str, str] | None = None,
+    compression: Compression = Compression(),
 ) -> CellPrediction:
     """The steady-state iteration of `mode` on `nodes` nodes (see the module docstring).
     `buckets` gives the all-reduce mode's buckets as (layer indices, bytes), default DDP's;
-    `layer_schemes` overrides BestScheme for named layers (POSEIDON_LAYER_SCHEMES)."""
+    `layer_schemes` overrides BestScheme for named layers (POSEIDON_LAYER_SCHEMES);
+    `compression` lets the plan pick lossy schemes (POSEIDON_COMPRESSION)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: want one of {', '.join(MODES)}")
     if nodes < 1:
         raise ValueError(f"{nodes} nodes (want >= 1)")
     layers = profile.layers
-    planned = (
-        {}
-        if mode == "allreduce"
-        else {s.index: s for s in _planned_layers(profile, mode, nodes, chunk_bytes, layer_schemes)}
-    )
+    planned = {}
+    if mode != "allreduce":
+        chosen = _planned_layers(profile, mode, nodes, chunk_bytes, layer_schemes, link,
+                                 compression)  # fmt: skip
+        planned = {s.index: s for s in chosen}
     # Backward: layer L-1 down to 0; a layer's sync may start when its backward ends.
     now, backward_end = 0.0, {}
     compute = 0.0
@@ -160,6 +193,8 @@ def predict_cell(
         synced = planned.get(index)
         if synced is not None and synced.scheme == "SFB":
             spent = max(0.0, spent - synced.skipped_s)
+        if synced is not None:
+            spent += synced.encode_p_s  # PowerSGD's P, before the round can start
         now += spent
         compute += spent
         backward_end[index] = now
@@ -187,7 +222,7 @@ def predict_cell(
         if synced is not None:
             if waits_per_layer:
                 now = max(now, done[index])
-            if synced.scheme == "SFB":
+            if synced.scheme in ("SFB", "PowerSGD"):  # the rebuild; PowerSGD's decode
                 now += synced.rebuild_s
                 rebuild += synced.rebuild_s
             if index in deferred:
@@ -217,10 +252,30 @@ def _communicate(
         if layer.scheme == "SFB":
             sent += _sfb_frames(uplink, index, layer, submit[index], nodes, link, chunk_bytes,
                                 done)  # fmt: skip
+        elif layer.scheme == "PowerSGD":
+            sent += _powersgd_frames(uplink, index, layer, submit[index], nodes, link, threads,
+                                     done)  # fmt: skip
         else:
             sent += _ps_frames(uplink, index, layer, submit[index], nodes, link, threads, done)
     uplink.run()
     return done, sent
+
+
+def _powersgd_frames(uplink, index, layer, ready, nodes, link, threads, done) -> float:  # type: ignore[no-untyped-def]
+    """Part 0 as a PS round; when its sums are in, encoding Q, then part 1 as a PS round."""
+    first = _SyncedLayer(index, "PS", layer.late, layer.chunk_bytes, 0.0, 0.0, 0.0)
+    second = _SyncedLayer(index, "PS", layer.late, layer.second_chunk_bytes, 0.0, 0.0, 0.0)
+
+    def part_0_done(t: float) -> None:
+        # Part 1's chunks are numbered after part 0's (the core's priority order).
+        _ps_frames(uplink, index, second, t + layer.encode_q_s, nodes, link, threads, done,
+                   order=len(layer.chunk_bytes))  # fmt: skip
+
+    sent = _ps_frames(uplink, index, first, ready, nodes, link, threads, part_0_done)
+    # Part 1's bytes, counted now (its frames join the uplink when part 0 is done).
+    return sent + 2 * (nodes - 1) / nodes * sum(
+        size + FRAME_HEADER_BYTES for size in layer.second_chunk_bytes
+    )
 
 
 def _sfb_frames(uplink, index, layer, ready, nodes, link, chunk_bytes, done) -> float:  # type: ignore[no-untyped-def]
@@ -240,7 +295,7 @@ def _sfb_frames(uplink, index, layer, ready, nodes, link, chunk_bytes, done) -> 
     return left[0] * size
 
 
-def _ps_frames(uplink, index, layer, ready, nodes, link, threads, done) -> float:  # type: ignore[no-untyped-def]
+def _ps_frames(uplink, index, layer, ready, nodes, link, threads, done, order=0) -> float:  # type: ignore[no-untyped-def]
     """A PS layer in turns of P chunks (Note [push order]). Of a turn of m chunks a node
     pushes the ones it does not own, m·(P−1)/P on average, as that many frames; its shard
     returns each chunk it owns to the P−1 others once every push is in, m·(P−1)/P frames on
@@ -249,7 +304,6 @@ def _ps_frames(uplink, index, layer, ready, nodes, link, threads, done) -> float
     turns = [layer.chunk_bytes[k : k + nodes] for k in range(0, len(layer.chunk_bytes), nodes)]
     remaining_turns = [len(turns)]
     sent = 0.0
-    order = 0
     for turn_number, turn in enumerate(turns):
         m = len(turn)
         volume = (nodes - 1) / nodes * (sum(turn) + FRAME_HEADER_BYTES * m)
@@ -272,7 +326,10 @@ def _ps_frames(uplink, index, layer, ready, nodes, link, threads, done) -> float
                 if replies_left[0] == 0:
                     remaining_turns[0] -= 1
                     if remaining_turns[0] == 0:
-                        done[index] = t2 + link.latency_s
+                        if callable(done):  # the caller goes on from here (PowerSGD)
+                            done(t2 + link.latency_s)
+                        else:
+                            done[index] = t2 + link.latency_s
 
             for k in range(count):  # one chunk's sum to each of the others in turn
                 uplink.add(Frame(SHARD, (index, first + k), volume / count, cap,

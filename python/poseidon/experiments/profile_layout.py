@@ -38,14 +38,36 @@ def profile_plan(
     nodes: int,
     chunk_bytes: int,
     layer_schemes: dict[str, str] | None = None,
+    compression: str = "none",
+    powersgd_rank: int = 4,
+    rates: Any = None,
 ) -> Any:
-    """The `_C.Plan` a job of `nodes` workers and as many shards would run in sync `mode`.
-    The profile was measured at iter_size 1; its rows are an iteration's."""
+    """The `_C.Plan` a job of `nodes` workers and as many shards would run in sync `mode`,
+    with the job's `compression` allowance, PowerSGD rank and `_C.Rates`. The profile was
+    measured at iter_size 1; its rows are an iteration's."""
     from poseidon import _C
-    from poseidon.plan import layer_specs
+    from poseidon.plan import compression_of, layer_specs
 
     specs = layer_specs(profile_sync_layers(profile), 1, mode, "auto", layer_schemes)
-    return _C.make_plan(specs, nodes, nodes, chunk_bytes)
+    return _C.make_plan(specs, nodes, nodes, chunk_bytes, compression=compression_of(compression),
+                        powersgd_rank=powersgd_rank,
+                        rates=rates if rates is not None else _C.Rates())  # fmt: skip
+
+
+def gemm_rate(profile: Profile, rows: int) -> float:
+    """The device's GEMM rate (FLOP/s) for a product with `rows` rows (PowerSGD's r), from
+    the profile's measured SFB rebuild rates (the best layer's); else the fastest layer's
+    backward FLOP rate; 0 when the profile knows neither."""
+    rates = []
+    for layer in profile.layers:
+        if layer.sfb is not None and layer.sfb.gemm_flops_per_s:
+            known = sorted(layer.sfb.gemm_flops_per_s)
+            below = [r for r in known if r <= rows]
+            rates.append(layer.sfb.gemm_flops_per_s[below[-1] if below else known[0]])
+    if not rates:
+        rates = [x.flops_backward / x.backward_s for x in profile.layers
+                 if x.flops_backward > 0 and x.backward_s > 0]  # fmt: skip
+    return max(rates, default=0.0)
 
 
 def ddp_buckets(
