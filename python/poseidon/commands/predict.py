@@ -39,15 +39,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "headers and ACKs counted) or tbf (tc's token bucket, as in --emulate: 0.936)",
     )
     p.add_argument("--chunk-bytes", type=int, default=1 << 20, help="PS chunk size (bytes)")
+    p.add_argument("--compression", default="none",
+                   help="lossy schemes mode poseidon may plan per layer: none (default), bf16, "
+                   "powersgd[:R], auto[:R] (POSEIDON_COMPRESSION)")  # fmt: skip
+    p.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD's rank (default 4)")
     p.add_argument("-o", "--output", help="write the predictions as JSON")
     p.add_argument("--plot", help="write a PNG of speed-up against nodes")
 
 
 def run(args: argparse.Namespace) -> int:
     from poseidon.commands._common import fail
+    from poseidon.config import Config, parse_compression, parse_positive
     from poseidon.experiments.emulation import TCP_GOODPUT_TBF
     from poseidon.experiments.experiment import check_profile
-    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Link
+    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Compression, Link
     from poseidon.experiments.report import Cell, Results, write_outputs
     from poseidon.experiments.resolve import resolve_model, resolve_profile
     from poseidon.experiments.tune import format_layer_schemes, predict
@@ -62,13 +67,18 @@ def run(args: argparse.Namespace) -> int:
         profile, batch = check_profile(profile_path, prototxt, None)
         if args.chunk_bytes < 4 or args.chunk_bytes % 4:
             raise ValueError(f"--chunk-bytes {args.chunk_bytes} (want a positive multiple of 4)")
+        allowed = Config(compression=parse_compression(args.compression, "--compression"),
+                         powersgd_rank=parse_positive(str(args.powersgd_rank),
+                                                      "--powersgd-rank")).allowance()  # fmt: skip
+        compression = Compression(*allowed)
     except ValueError as e:
         return fail("predict", e)
     goodput = TCP_GOODPUT_TBF if args.framing == "tbf" else TCP_GOODPUT_ETHERNET
     link = Link(bandwidth, goodput)
     results = Results(label, profile.label(), bandwidth, batch, "predicted")
-    results.info = {"framing": args.framing, "goodput": goodput, "chunk_bytes": args.chunk_bytes}
-    for prediction in predict(profile, modes, nodes, link, args.chunk_bytes):
+    results.info = {"framing": args.framing, "goodput": goodput, "chunk_bytes": args.chunk_bytes,
+                    "compression": f"{compression.kind}:{compression.powersgd_rank}"}  # fmt: skip
+    for prediction in predict(profile, modes, nodes, link, args.chunk_bytes, compression):
         extra = {
             "compute_s": prediction.compute_s,
             "rebuild_s": prediction.rebuild_s,

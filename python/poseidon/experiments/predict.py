@@ -102,6 +102,9 @@ class Compression:
     powersgd_rank: int = 4
 
 
+EXACT = Compression()  # the paper's behaviour: no lossy scheme allowed
+
+
 def _planned_layers(
     profile: Profile,
     mode: str,

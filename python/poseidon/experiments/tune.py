@@ -21,7 +21,14 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 
-from poseidon.experiments.predict import TUNED, CellPrediction, Link, predict_cell
+from poseidon.experiments.predict import (
+    EXACT,
+    TUNED,
+    CellPrediction,
+    Compression,
+    Link,
+    predict_cell,
+)
 from poseidon.experiments.profile import Profile
 from poseidon.experiments.profile_layout import profile_plan
 
@@ -97,15 +104,17 @@ def predict(
     nodes: Sequence[int],
     link: Link,
     chunk_bytes: int = 1 << 20,
+    compression: Compression = EXACT,
 ) -> list[CellPrediction]:
     """Every (mode, node count) cell; mode "poseidon-tuned" is Poseidon with the per-layer
-    schemes tune_layer_schemes finds for that cell."""
+    schemes tune_layer_schemes finds for that cell (among the exact ones); `compression`
+    lets mode "poseidon" plan lossy schemes too."""
     cells = []
     for mode in modes:
         for p in nodes:
             if mode == TUNED:
                 cell, _ = tune_layer_schemes(profile, p, link, chunk_bytes)
             else:
-                cell = predict_cell(profile, mode, p, link, chunk_bytes)
+                cell = predict_cell(profile, mode, p, link, chunk_bytes, compression=compression)
             cells.append(cell)
     return cells

@@ -249,3 +249,61 @@ def test_tuning_leaves_headroom_on_the_link():
         profile, 8, Link(barely / TUNE_LINK_SHARE * 1.05, goodput=1.0, latency_s=0.0)
     )
     assert schemes == {"fc": "ps"}
+
+
+# ----- lossy schemes (POSEIDON_COMPRESSION) ----------------------------------------------------
+def test_a_bf16_layer_moves_half_the_bytes():
+    from poseidon.experiments.predict import Compression
+
+    profile = make_profile([relu("data"), conv("c1", 500_000, 0.01, 0.02)])  # 2 MB
+    exact = predict_cell(profile, "poseidon", 2, LINK)
+    bf16 = predict_cell(profile, "poseidon", 2, LINK, compression=Compression("bf16"))
+    assert exact.bytes_per_node == pytest.approx(2 * (1 * MB + FRAME_HEADER_BYTES))
+    assert bf16.bytes_per_node == pytest.approx(2 * (0.5 * MB + FRAME_HEADER_BYTES))
+    assert bf16.iteration_s == pytest.approx(0.03 + 2 * (0.5 * MB + FRAME_HEADER_BYTES) / B)
+    # Other sync modes stay exact whatever the allowance.
+    wfbp = predict_cell(profile, "wfbp", 2, LINK, compression=Compression("bf16"))
+    assert wfbp.bytes_per_node == pytest.approx(exact.bytes_per_node)
+
+
+def test_a_powersgd_layer_is_two_rounds_and_three_gemms():
+    from poseidon.experiments.predict import Compression
+
+    m, n, r, rate = 64, 1000, 4, 1e9
+    layer = LayerProfile("c1", "Convolution", 0.01, 0.02, blobs=[m * n, m],
+                         sync=SyncShape("conv", m, n, 8, m * n + m),
+                         flops_backward=rate * 0.02)  # fmt: skip
+    profile = make_profile([relu("data"), layer])
+    cell = predict_cell(profile, "poseidon", 2, LINK, compression=Compression("powersgd", r))
+    part_0 = 4 * (r * m + m) + FRAME_HEADER_BYTES  # [P | bias], one chunk
+    part_1 = 4 * (r * n) + FRAME_HEADER_BYTES  # Q, one chunk
+    # A one-chunk turn on 2 nodes: the push, then the reply, each the whole chunk at B.
+    rounds = 2 * part_0 / B + 2 * part_1 / B
+    encode_p, decode = 2 * m * n * r / rate, 2 * m * n * r / rate
+    encode_q = (2 * m * n * r + 4 * m * r * r) / rate
+    assert cell.bytes_per_node == pytest.approx(part_0 + part_1)
+    assert cell.rebuild_s == pytest.approx(decode)
+    assert cell.iteration_s == pytest.approx(0.03 + encode_p + rounds + encode_q + decode)
+    # Far fewer bytes than the exact plan's.
+    assert cell.bytes_per_node < predict_cell(profile, "poseidon", 2, LINK).bytes_per_node / 10
+
+
+def speedup_at_8(output: str) -> float:
+    import re
+
+    row = next(line for line in output.splitlines() if line.startswith("poseidon "))
+    return float(re.findall(r"([\d.]+)x", row)[1])  # P=1, then P=8
+
+
+def test_predict_command_takes_the_compression(capsys):
+    from poseidon.cli import main
+
+    common = ["predict", "--model", "vgg19_22k", "--profile", "titanx-maxwell", "--bandwidth",
+              "1gbit", "--nodes", "1,8", "--modes", "poseidon"]  # fmt: skip
+    assert main(common) == 0
+    exact = speedup_at_8(capsys.readouterr().out)
+    assert main([*common, "--compression", "powersgd:4"]) == 0
+    lossy = speedup_at_8(capsys.readouterr().out)
+    assert lossy > exact * 1.5  # fc6-8 and the convolutions at a fraction of their bytes
+    assert main([*common, "--compression", "zip"]) == 2
+    assert "--compression='zip'" in capsys.readouterr().err
