@@ -1,11 +1,12 @@
-"""Poseidon's DistributedDataParallel beside PyTorch's (gloo), with and without the PowerSGD
-hook (rank 1 and 4), training the same models on the same batches, with every emulated
-host's link capped by tc in its own network namespace (needs root and iproute2). One run,
-side by side.
+"""Poseidon's DistributedDataParallel (exact, and with its lossy schemes allowed) beside
+PyTorch's (gloo), plain, with the bf16 compression hook and with the PowerSGD hook (rank 1
+and 4), training the same models on the same batches, with every emulated host's link
+capped by tc in its own network namespace (needs root and iproute2). One run, side by side.
 
     sudo .venv/bin/python bench/torch_vs_ddp.py [--models fc,transformer,vgg]
         [--workers 1,2,4] [--rates-mbit 100,1000] [--warmup 3] [--iters 6] [--rounds 2]
-        [--loss-steps 100] [--batch fc=32,transformer=8,vgg=16]
+        [--loss-steps 100] [--batch fc=32,transformer=8,vgg=16] [--systems a,b,...]
+        [--accuracy 0.97 [--accuracy-steps 1500]]
 
 Models (bench/torch_vs_ddp_worker.py): fc, the FC-heavy digits classifier of
 examples/pytorch/mlp_digits.py (32 images per worker); transformer, the language model of
@@ -14,7 +15,15 @@ net for 32×32 images (16 per worker). Throughput is samples (images, or tokens)
 of the whole job, at its slowest worker's pace; each cell is the median of --rounds runs,
 the systems taking turns within a round. Then the loss curves: --loss-steps steps of the fc
 model on real digits at P = max(--workers) on loopback, each system beside one process on
-the global batch. The bench checks the targets of issue 12 and prints them.
+the global batch. With --accuracy, time to accuracy: the fc model on the digits at P =
+max(--workers) over the slowest link, each system trained (same seeds, batches and learning
+rate) until its held-out accuracy reaches the target; training seconds and steps. The bench
+checks the targets of issue 12 and prints them.
+
+Systems: poseidon (exact: PS and SFB per layer), poseidon-step (the same, wait="step"),
+poseidon-bf16 / poseidon-powersgd-R / poseidon-auto (compression="bf16", "powersgd:R",
+"auto:4": the cost model may pick those per layer), ddp, ddp-fp16 (DDP's
+fp16_compress_hook; its bf16 one needs NCCL), powersgd-1, powersgd-4 (DDP's PowerSGD hook).
 """
 
 from __future__ import annotations
@@ -37,7 +46,17 @@ from poseidon.experiments.emulation import EmulatedHosts
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "torch_vs_ddp_worker.py")
 # poseidon-step: the same, the wait for the last rounds moved to the optimizer step.
-SYSTEMS = ("poseidon", "poseidon-step", "ddp", "powersgd-1", "powersgd-4")
+SYSTEMS = (
+    "poseidon",
+    "poseidon-step",
+    "poseidon-bf16",
+    "poseidon-auto",
+    "ddp",
+    "ddp-fp16",
+    "powersgd-1",
+    "powersgd-4",
+)
+KNOWN_SYSTEMS = (*SYSTEMS, "poseidon-powersgd-1", "poseidon-powersgd-4")
 BATCH = {"fc": 32, "transformer": 8, "vgg": 16}
 UNIT = {"fc": "images", "transformer": "tokens", "vgg": "images"}
 RESULT = re.compile(r"RESULT rank=(\d+) samples_per_s=([0-9.]+)")
@@ -119,18 +138,18 @@ def measure(args) -> dict[tuple[str, float, str, int], float]:
 
 
 def measure_cell(cells, model: str, rate: float, workers: int, cluster, args) -> None:  # type: ignore[no-untyped-def]
-    samples: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    samples: dict[str, list[float]] = {s: [] for s in args.systems}
     for round_ in range(args.rounds):
-        order = SYSTEMS if round_ % 2 == 0 else tuple(reversed(SYSTEMS))
+        order = args.systems if round_ % 2 == 0 else tuple(reversed(args.systems))
         for system in order:
             try:
                 samples[system].append(throughput(system, model, workers, cluster, args))
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"    {system} {model} P={workers} {rate:g} Mbit/s: {e}"[:3000], flush=True)
-    for system in SYSTEMS:
+    for system in args.systems:
         got = samples[system]
         cells[(model, rate, system, workers)] = statistics.median(got) if got else math.nan
-    row = "  ".join(f"{s} {cells[(model, rate, s, workers)]:9.1f}" for s in SYSTEMS)
+    row = "  ".join(f"{s} {cells[(model, rate, s, workers)]:9.1f}" for s in args.systems)
     print(f"  {rate:g} Mbit/s P={workers} {model:11} {row}", flush=True)
 
 
@@ -146,14 +165,14 @@ def table(cells, args) -> str:
     for model in args.models:
         for rate in args.rates_mbit:
             lines.append(f"{model}, {rate:g} Mbit/s: {UNIT[model]}/s (ratio poseidon / system)")
-            lines.append(f"{'system':<12}" + "".join(f"{'P=' + str(p):>20}" for p in args.workers))
-            for system in SYSTEMS:
+            lines.append(f"{'system':<20}" + "".join(f"{'P=' + str(p):>20}" for p in args.workers))
+            for system in args.systems:
                 row = []
                 for p in args.workers:
                     value = cells[(model, rate, system, p)]
                     ours = cells[(model, rate, "poseidon", p)]
                     row.append(f"{value:10.1f} ({ours / value:4.2f}x)")
-                lines.append(f"{system:<12}" + "".join(f"{c:>20}" for c in row))
+                lines.append(f"{system:<20}" + "".join(f"{c:>20}" for c in row))
             lines.append("")
     return "\n".join(lines)
 
@@ -165,7 +184,7 @@ def loss_curves(args: argparse.Namespace) -> dict[str, np.ndarray]:
     port = 29800 + (os.getpid() % 100) * 10
     curves = {}
     with tempfile.TemporaryDirectory() as directory:
-        for system in ("single", *SYSTEMS):
+        for system in ("single", *args.systems):
             count = 1 if system == "single" else workers
             batch = args.batch["fc"] * (workers if system == "single" else 1)
             files = [os.path.join(directory, f"{system}.{r}.npy") for r in range(count)]
@@ -179,23 +198,50 @@ def loss_curves(args: argparse.Namespace) -> dict[str, np.ndarray]:
     return curves
 
 
-def loss_report(curves: dict[str, np.ndarray]) -> tuple[str, bool]:
+def loss_report(curves: dict[str, np.ndarray], systems: list[str]) -> tuple[str, bool]:
     """Each system's |loss − one process's| at a few steps and at worst; and whether Poseidon
     stays within the drift of DDP's exact all-reduce (float32 sums in another order, grown by
     training: the noise floor of any exact method)."""
     steps = len(curves["single"])
     marks = [s for s in (1, 10, 50, 100, 200) if s <= steps]
     lines = [
-        f"{'system':<14}" + "".join(f"{'step ' + str(m):>11}" for m in marks) + f"{'worst':>11}"
+        f"{'system':<20}" + "".join(f"{'step ' + str(m):>11}" for m in marks) + f"{'worst':>11}"
     ]
     worst = {}
-    for system in SYSTEMS:
+    for system in systems:
         gap = np.abs(curves[system] - curves["single"])
         worst[system] = float(gap.max())
-        lines.append(f"{system:<14}" + "".join(f"{gap[m - 1]:11.1e}" for m in marks)
+        lines.append(f"{system:<20}" + "".join(f"{gap[m - 1]:11.1e}" for m in marks)
                      + f"{worst[system]:11.1e}")  # fmt: skip
-    exact = worst["poseidon"] <= max(2 * worst["ddp"], 1e-4)
+    exact = worst.get("poseidon", 0.0) <= max(2 * worst.get("ddp", 0.0), 1e-4)
     return "\n".join(lines), exact
+
+
+def time_to_accuracy(args: argparse.Namespace) -> dict[str, dict]:
+    """Each system's training seconds and steps until the fc model's held-out accuracy on
+    the digits reaches --accuracy, at P = max(--workers) over the slowest emulated link."""
+    workers, rate = max(args.workers), min(args.rates_mbit)
+    port = 29900 + (os.getpid() % 100) * 10
+    results = {}
+    with tempfile.TemporaryDirectory() as directory, EmulatedHosts(workers, rate * 1e6) as cluster:
+        for system in args.systems:
+            files = [os.path.join(directory, f"{system}.{r}.json") for r in range(workers)]
+            commands = [[*cluster.exec_prefix(r), sys.executable, WORKER, system, "fc",
+                         str(args.batch["fc"]), "0", str(args.accuracy_steps), f,
+                         str(args.accuracy)] for r, f in enumerate(files)]  # fmt: skip
+            envs = [rank_env(r, workers, port, cluster) for r in range(workers)]
+            try:
+                start(commands, envs, f"time to accuracy of {system}")
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                print(f"    time to accuracy, {system}: {e}"[:3000], flush=True)
+                continue
+            with open(files[0]) as f:
+                results[system] = json.load(f)
+            got = results[system]
+            print(f"  {system:<20} {got['steps']:5d} steps {got['seconds']:8.2f} s  accuracy "
+                  f"{got['accuracy']:.4f}{'' if got['reached'] else ' (not reached)'}",
+                  flush=True)  # fmt: skip
+    return results
 
 
 def parse_batches(parser: argparse.ArgumentParser, text: str) -> dict[str, int]:
@@ -223,42 +269,70 @@ def main(argv: list[str] | None = None) -> int:
                         help="per-worker batch (default: " +
                         ",".join(f"{m}={n}" for m, n in BATCH.items()) + ")")  # fmt: skip
     parser.add_argument("--out", help="write every cell to this JSON file as it is measured")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help=f"which systems (of {', '.join(KNOWN_SYSTEMS)})")  # fmt: skip
+    parser.add_argument(
+        "--accuracy",
+        type=float,
+        help="also time each system to this held-out accuracy (fc, digits)",
+    )
+    parser.add_argument(
+        "--accuracy-steps",
+        type=int,
+        default=1500,
+        help="give up on the accuracy after this many steps",
+    )
     args = parser.parse_args(argv)
     args.models = args.models.split(",")
     args.workers = [int(p) for p in args.workers.split(",")]
     args.rates_mbit = [float(r) for r in args.rates_mbit.split(",")]
     args.batch = {**BATCH, **parse_batches(parser, args.batch)}
+    args.systems = args.systems.split(",")
+    unknown = [s for s in args.systems if s not in KNOWN_SYSTEMS]
+    if unknown:
+        parser.error(f"--systems: {', '.join(unknown)}: want some of {', '.join(KNOWN_SYSTEMS)}")
     started = time.time()
     cells = measure(args)
     print()
     print(table(cells, args))
     p, slow = max(args.workers), min(args.rates_mbit)
     verdicts = []
-    if "fc" in args.models and p > 1:
+    have = set(args.systems)
+    if "fc" in args.models and p > 1 and {"poseidon", "ddp", "powersgd-4"} <= have:
         ddp = cells[("fc", slow, "poseidon", p)] / cells[("fc", slow, "ddp", p)]
         psgd = cells[("fc", slow, "poseidon", p)] / cells[("fc", slow, "powersgd-4", p)]
         verdicts += [f"fc, P={p}, {slow:g} Mbit/s: poseidon/ddp {ddp:.3f}x (target >= 1.3) -> "
                      f"{'met' if ddp >= 1.3 else 'MISSED'}",
                      f"fc, P={p}, {slow:g} Mbit/s: poseidon/powersgd-4 {psgd:.3f}x (target >= "
                      f"1.0) -> {'met' if psgd >= 1.0 else 'MISSED'}"]  # fmt: skip
-    if "transformer" in args.models and p > 1:
+    if "transformer" in args.models and p > 1 and {"poseidon", "ddp"} <= have:
         ratio = min(cells[("transformer", r, "poseidon", p)] / cells[("transformer", r, "ddp", p)]
                     for r in args.rates_mbit)  # fmt: skip
         verdicts.append(f"transformer, P={p}, worst link: poseidon/ddp {ratio:.3f}x (target >= "
                         f"0.95) -> {'met' if ratio >= 0.95 else 'MISSED'}")  # fmt: skip
-    if "fc" in args.models and p > 1:
+    if "fc" in args.models and p > 1 and {"poseidon", "poseidon-step"} <= have:
         step = [cells[(m, r, "poseidon-step", p)] / cells[(m, r, "poseidon", p)]
                 for m in args.models for r in args.rates_mbit]  # fmt: skip
         verdicts.append(f"wait='step' / wait='backward' at P={p}: {min(step):.2f}x .. "
                         f"{max(step):.2f}x over the models and links")  # fmt: skip
     if args.loss_steps:
         curves = loss_curves(args)
-        report, exact = loss_report(curves)
+        report, exact = loss_report(curves, args.systems)
         print(f"loss curves, fc on digits, P={p}: |loss - one process on the global batch| "
               f"(its loss: {curves['single'][0]:.3f} at step 1, {curves['single'][-1]:.4f} at "
               f"step {args.loss_steps})\n{report}")  # fmt: skip
         verdicts.append("poseidon follows one process within DDP's own float drift -> "
                         f"{'met' if exact else 'MISSED'}")  # fmt: skip
+    if args.accuracy:
+        print(f"time to {args.accuracy:.0%} held-out accuracy, fc on digits, P={p}, "
+              f"{slow:g} Mbit/s:")  # fmt: skip
+        reached = time_to_accuracy(args)
+        base = reached.get("ddp")
+        for system, got in reached.items():
+            ratio = (f"{base['seconds'] / got['seconds']:.2f}x ddp's speed" if base and
+                     got["reached"] and base["reached"] else "")  # fmt: skip
+            print(f"  {system:<20} {got['steps']:5d} steps {got['seconds']:8.2f} s "
+                  f"{got['accuracy']:.4f} {ratio}")  # fmt: skip
     print("\n".join(verdicts))
     print(f"{time.time() - started:.0f} s in all")
     return 0

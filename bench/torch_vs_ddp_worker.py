@@ -1,15 +1,19 @@
 """One rank of bench/torch_vs_ddp.py: a model trained by Poseidon's DistributedDataParallel
 or by PyTorch's (gloo), with or without the PowerSGD hook, on the same batches.
 
-    torch_vs_ddp_worker.py SYSTEM MODEL BATCH WARMUP ITERS [LOSS_FILE]
-        SYSTEM: poseidon | poseidon-step (wait="step") | ddp | powersgd-1 | powersgd-4
-                | single (one process, plain torch)
+    torch_vs_ddp_worker.py SYSTEM MODEL BATCH WARMUP ITERS [LOSS_FILE [TARGET_ACCURACY]]
+        SYSTEM: poseidon | poseidon-step (wait="step") | poseidon-bf16 | poseidon-powersgd-R
+                | poseidon-auto (compression="auto:4") | ddp | ddp-fp16 (fp16_compress_hook; its bf16 hook needs NCCL)
+                | powersgd-1 | powersgd-4 | single (one process, plain torch)
         MODEL:  fc | transformer | vgg           (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set)
 
 It prints `RESULT rank=R samples_per_s=S` (images, or tokens for the transformer) over ITERS
 steps after WARMUP; with LOSS_FILE it trains on real digits instead (model fc, global batch
 BATCH × P split over the ranks, the same batches for every system) and writes each step's
-loss on its rows, so that the driver can compare loss curves.
+loss on its rows, so that the driver can compare loss curves. With TARGET_ACCURACY too it
+trains (at most ITERS steps) until the model's accuracy on the digits' held-out split,
+checked every EVAL_EVERY steps, reaches the target, and writes a JSON line to LOSS_FILE:
+{"steps", "seconds", "accuracy", "reached"} (seconds of training, evaluations excluded).
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ import mlp_digits
 import transformer_lm
 
 POWERSGD_START_ITER = 2  # PowerSGD's vanilla all-reduce steps before it compresses
+EVAL_EVERY = 10  # steps between held-out evaluations when training to a target accuracy
+# Poseidon's systems and the compression each runs with.
+POSEIDON_COMPRESSION = {"poseidon": "none", "poseidon-step": "none", "poseidon-bf16": "bf16",
+                        "poseidon-powersgd-1": "powersgd:1", "poseidon-powersgd-4": "powersgd:4",
+                        "poseidon-auto": "auto:4"}  # fmt: skip
 
 
 def vgg_style(batch: int) -> tuple[nn.Module, torch.Tensor]:
@@ -66,8 +75,16 @@ def wrap(system: str, model: nn.Module) -> nn.Module:
         import poseidon.torch
 
         wait = "step" if system == "poseidon-step" else "backward"
-        return poseidon.torch.DistributedDataParallel(model, wait=wait)
+        return poseidon.torch.DistributedDataParallel(
+            model, wait=wait, compression=POSEIDON_COMPRESSION[system]
+        )
     dist.init_process_group("gloo")
+    if system == "ddp-fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp = nn.parallel.DistributedDataParallel(model)
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return ddp
     if not system.startswith("powersgd-"):
         return nn.parallel.DistributedDataParallel(model)
     # One bucket: with several, PowerSGD's chained all-reduces start from gloo's completion
@@ -88,6 +105,7 @@ def main() -> int:
     system, name = sys.argv[1], sys.argv[2]
     batch, warmup, iters = (int(a) for a in sys.argv[3:6])
     loss_file = sys.argv[6] if len(sys.argv) > 6 else None
+    target = float(sys.argv[7]) if len(sys.argv) > 7 else None
     torch.set_num_threads(1)  # one core's worth per emulated host (they share this machine's)
     rank, size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     torch.manual_seed(0)
@@ -105,7 +123,30 @@ def main() -> int:
         optimizer.step()
         return loss.item()
 
-    if loss_file:
+    if loss_file and target is not None:
+        train_x, train_y, test_x, test_y = mlp_digits.digits()
+        order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(1))
+        global_batch, spent, accuracy, steps = batch * size, 0.0, 0.0, 0
+        while steps < iters and accuracy < target:
+            started = time.perf_counter()
+            for _ in range(EVAL_EVERY):
+                i = steps
+                rows = order[(i * global_batch) % (len(order) - global_batch + 1) :][:global_batch]
+                mine = rows[rank * batch : (rank + 1) * batch] if system != "single" else rows
+                step(train_x[mine], train_y[mine])
+                steps += 1
+            spent += time.perf_counter() - started
+            # Every rank holds the same weights: each evaluates, and all stop together.
+            with torch.no_grad():
+                model.eval()
+                accuracy = float((model(test_x).argmax(1) == test_y).float().mean())
+                model.train()
+        import json
+
+        with open(loss_file, "w") as f:
+            json.dump({"steps": steps, "seconds": spent, "accuracy": accuracy,
+                       "reached": accuracy >= target}, f)  # fmt: skip
+    elif loss_file:
         train_x, train_y, _, _ = mlp_digits.digits()
         order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(1))
         global_batch, losses = batch * size, []

@@ -27,8 +27,10 @@ this against DDP on gloo):
 - The matrix is `tensor.view(shape[0], -1)` in both. Q starts as `torch.randn` of
   (1, n, r) on the CPU right after `torch.manual_seed(draw)` in a forked CPU RNG, then moves
   to the layer's device. Before P = M·Q, Q is orthogonalised at every step (the fresh one
-  and, with warm start, the one kept from the last step). Products are `torch.bmm` over a
-  batch of one, as in the hook.
+  and, with warm start, the one kept from the last step). The hook's products are
+  `torch.bmm` over a batch of one; ours are the same products as 2-D `torch.mm` (Mᵀ·P as
+  (Pᵀ·M)ᵀ, which is 20× faster on CPU), the same dot products, and the tests still find
+  the results bit for bit equal.
 - Orthogonalisation: Gram–Schmidt for r ≤ 2 and for fp16/bf16 (each column divided by its
   norm, or by norm + epsilon when epsilon > 0, then projected out of the columns after it),
   otherwise the Q factor of `torch.linalg.qr`, where epsilon plays no part.
@@ -214,7 +216,7 @@ class PowerSGDLayer:
             # The hook adds no error in its first PowerSGD step (it has none yet).
             self._matrix.copy_(grad[:weight].view(m, n))
         _orthogonalize(self._q, self.epsilon)
-        torch.bmm(self._matrix.unsqueeze(0), self._q, out=wire[: r * m].view(1, m, r))
+        torch.mm(self._matrix, self._q[0], out=wire[: r * m].view(m, r))
         wire[r * m : r * m + self.rest].copy_(grad[weight:])
         self._phase = _P_SENT
 
@@ -227,7 +229,10 @@ class PowerSGDLayer:
         p = wire[: r * m].view(1, m, r)
         _orthogonalize(p, self.epsilon)
         q = wire[r * m + self.rest :].view(1, n, r)
-        torch.bmm(self._matrix.unsqueeze(0).transpose(1, 2), p, out=q)
+        # Q = Mᵀ·P computed as (Pᵀ·M)ᵀ: with M transposed, torch's CPU product of a
+        # large matrix and a thin one takes a slow path (63 ms against 2.9 ms for 2048 ×
+        # 2048 at rank 4, one thread; the hook's bmm too). Each entry is the same dot product.
+        q[0].copy_(torch.mm(p[0].t(), self._matrix).t())
         self._phase = _Q_SENT
 
     def decode(self, wire: torch.Tensor, grad: torch.Tensor, num_workers: int) -> None:
@@ -243,7 +248,7 @@ class PowerSGDLayer:
         # The hook divides the summed Q (and keeps that mean for warm start), then multiplies.
         torch.div(wire[r * m + self.rest :].view(1, n, r), num_workers, out=self._q)
         p = wire[: r * m].view(1, m, r)
-        torch.bmm(p, self._q.transpose(1, 2), out=grad[:weight].view(1, m, n))
+        torch.mm(p[0], self._q[0].t(), out=grad[:weight].view(m, n))
         torch.div(wire[r * m : r * m + self.rest], num_workers, out=grad[weight:])
         if self._error is not None:
             torch.sub(self._matrix.view(-1), grad[:weight], out=self._error)
