@@ -16,6 +16,7 @@
 #include "poseidon/internal/frame.h"
 #include "poseidon/internal/handshake.h"
 #include "poseidon/internal/messages.h"
+#include "raw_frames.h"
 
 using namespace poseidon;
 
@@ -353,29 +354,6 @@ TEST(powersgd_parts_in_order_only) {
 }
 
 namespace {
-
-std::vector<uint8_t> header_bytes(FrameHeader h) {
-  std::vector<uint8_t> b(kFrameHeaderBytes);
-  encode_header(h, b.data());
-  return b;
-}
-
-// What the shard answers on `c`: the ERROR text, "EOF", or "timeout".
-std::string answer(Connection& c) {
-  try {
-    uint8_t hb[kFrameHeaderBytes];
-    c.read_exact(hb, sizeof hb, Deadline::after_ms(5000));
-    FrameHeader h;
-    const std::string err = decode_header(hb, sizeof hb, 1 << 20, &h);
-    if (!err.empty()) return "bad answer: " + err;
-    std::vector<uint8_t> body(h.payload_bytes);
-    c.read_exact(body.data(), body.size(), Deadline::after_ms(5000));
-    if (h.type != FrameType::kError) return "answer " + h.debug_string();
-    return decode_text(body.data(), body.size());
-  } catch (const TransportError& e) {
-    return e.kind() == TransportError::Kind::kTimeout ? "timeout" : "EOF";
-  }
-}
 
 // One frame on a fresh connection that passed the handshake as worker 0 (a
 // second link of a real worker, as far as the shard can tell).

@@ -19,6 +19,7 @@
 #include "poseidon/internal/frame.h"
 #include "poseidon/internal/handshake.h"
 #include "poseidon/internal/messages.h"
+#include "raw_frames.h"
 #include "stderr_capture.h"
 
 using namespace poseidon;
@@ -27,29 +28,6 @@ namespace {
 
 constexpr size_t kChunkBytes = 4096;
 constexpr size_t kLayerFloats = 3 * 1024;  // chunks 0, 2 on shard 0; chunk 1 on shard 1
-
-std::vector<uint8_t> header_bytes(FrameHeader h) {
-  std::vector<uint8_t> b(kFrameHeaderBytes);
-  encode_header(h, b.data());
-  return b;
-}
-
-// Reads what the server answers: the ERROR text, "EOF", or "timeout".
-std::string answer(Connection& c) {
-  try {
-    uint8_t hb[kFrameHeaderBytes];
-    c.read_exact(hb, sizeof hb, Deadline::after_ms(5000));
-    FrameHeader h;
-    const std::string err = decode_header(hb, sizeof hb, 1 << 20, &h);
-    if (!err.empty()) return "bad answer: " + err;
-    std::vector<uint8_t> body(h.payload_bytes);
-    c.read_exact(body.data(), body.size(), Deadline::after_ms(5000));
-    if (h.type != FrameType::kError) return "answer " + h.debug_string();
-    return decode_text(body.data(), body.size());
-  } catch (const TransportError& e) {
-    return e.kind() == TransportError::Kind::kTimeout ? "timeout" : "EOF";
-  }
-}
 
 struct Abuser {
   Transport& transport;
