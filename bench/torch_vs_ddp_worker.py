@@ -3,8 +3,9 @@ or by PyTorch's (gloo), with or without the PowerSGD hook, on the same batches.
 
     torch_vs_ddp_worker.py SYSTEM MODEL BATCH WARMUP ITERS [LOSS_FILE [TARGET_ACCURACY]]
         SYSTEM: poseidon | poseidon-step (wait="step") | poseidon-bf16 | poseidon-powersgd-R
-                | poseidon-auto (compression="auto:4") | ddp | ddp-fp16 (fp16_compress_hook; its bf16 hook needs NCCL)
-                | powersgd-1 | powersgd-4 | single (one process, plain torch)
+                | poseidon-auto (compression="auto:4") | ddp
+                | ddp-fp16 (fp16_compress_hook; the bf16 one needs NCCL) | powersgd-1
+                | powersgd-4 | single (one process, plain torch)
         MODEL:  fc | transformer | vgg           (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set)
 
 It prints `RESULT rank=R samples_per_s=S` (images, or tokens for the transformer) over ITERS

@@ -7,8 +7,9 @@ core once (on CUDA through pinned host staging: Note [GPU path] in staging.py), 
 the shards and pulled back summed; `finish` leaves the MEAN in `diff`.
 
 BF16: as PS; the comm core rounds the gradient to 16 bits on the wire and sums in fp32
-(docs/communication.md §7). PowerSGD: the layer's gradient range goes through its
-PowerSGDExchange (powersgd_round.py), two sums one after the other; `finish` leaves the mean.
+(docs/communication.md §2, "Parts, BF16 and PowerSGD"). PowerSGD: the layer's gradient
+range goes through its PowerSGDExchange (powersgd_round.py), two sums one after the other;
+`finish` leaves the mean.
 
 SFB: the layer's FactorLog (factors.py) is packed and all-gathered among the workers;
 `finish` hands every worker's factors, stacked on the device, to the front end's `rebuild`,
