@@ -205,7 +205,7 @@ SETTINGS: tuple[Setting, ...] = (
         "flop/s",
         "0 (unknown)",
         "coordinator: the device's GEMM rate, for the compute a scheme adds (SFB's rebuild, "
-        "PowerSGD's products); `poseidon profile` measures it",
+        "PowerSGD's products); `poseidon profile --rates` measures it",
     ),
     Setting(
         "memory_rate",
@@ -213,7 +213,7 @@ SETTINGS: tuple[Setting, ...] = (
         "bytes/s",
         "0 (unknown)",
         "coordinator: the device's memory bandwidth, for 16-bit conversion and PowerSGD's error "
-        "feedback; `poseidon profile` measures it",
+        "feedback; `poseidon profile --rates` measures it",
     ),
     Setting("verbose", "POSEIDON_VERBOSE", "", "0", "1: log connections and the plan on stderr"),
     Setting(

@@ -184,3 +184,28 @@ def test_colocated_shards_are_the_ranks_with_a_shard_beside_them(
 ) -> None:
     config = Config(num_workers=workers, num_servers=servers, colocate=colocate)
     assert config.colocated_shards == expected
+
+
+def test_compression_settings() -> None:
+    from poseidon import _C
+
+    c = Config.from_env({"POSEIDON_COMPRESSION": "PowerSGD:8", "POSEIDON_LINK_RATE": "100mbit",
+                         "POSEIDON_GEMM_RATE": "2.5e12"})  # fmt: skip
+    assert c.allowance() == ("powersgd", 8)
+    assert c.link_rate == 1e8 and c.rates().link_bytes_per_s == 1.25e7
+    native = c.replace(token="t").to_native()
+    assert native.compression == _C.Compression.POWERSGD and native.powersgd_rank == 8
+    assert native.rates.gemm_flops_per_s == 2.5e12
+    assert Config().allowance() == ("none", 4)
+    assert Config.from_env({"POSEIDON_COMPRESSION": "auto"}).allowance() == ("auto", 4)
+    with pytest.raises(SettingError, match="name different ranks"):
+        Config.from_env({"POSEIDON_COMPRESSION": "powersgd:8", "POSEIDON_POWERSGD_RANK": "2"})
+    with pytest.raises(SettingError, match="POSEIDON_POWERSGD_RANK='0': want an integer >= 1"):
+        Config.from_env({"POSEIDON_POWERSGD_RANK": "0"})
+    with pytest.raises(SettingError, match="POSEIDON_LINK_RATE: bandwidth 'fast'"):
+        Config.from_env({"POSEIDON_LINK_RATE": "fast"})
+    with pytest.raises(SettingError, match="POSEIDON_GEMM_RATE='-1'"):
+        Config.from_env({"POSEIDON_GEMM_RATE": "-1"})
+    assert Config.from_env({"POSEIDON_LAYER_SCHEMES": "fc7=powersgd"}).layer_schemes == {
+        "fc7": "powersgd"
+    }

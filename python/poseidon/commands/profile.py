@@ -10,6 +10,12 @@ medians over --iterations after --warmup untimed iterations, layer by layer as i
 `caffe time`; --copies C measures with C processes at once (C emulated nodes sharing this
 machine). A derived profile keeps the base's layers and batch and takes its total from a
 published single-GPU time (python/poseidon/experiments/profile_derive.py says which).
+
+    poseidon profile --rates [--device cuda] [--powersgd-rank 4]
+
+prints the device rates the time-based cost model takes (POSEIDON_GEMM_RATE at PowerSGD's
+products, POSEIDON_MEMORY_RATE; python/poseidon/experiments/rates.py), for a job's
+environment.
 """
 
 from __future__ import annotations
@@ -30,7 +36,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
     p.add_argument("--threads", type=int, help="torch threads per process (default: torch's)")
     p.add_argument("--copies", type=int, default=1, help="processes measuring at once (default 1)")
-    p.add_argument("-o", "--output", required=True, help="where to write the profile JSON")
+    p.add_argument("-o", "--output", help="where to write the profile JSON")
+    p.add_argument(
+        "--rates",
+        action="store_true",
+        help="print the device's GEMM and memory rates for the cost model instead",
+    )
+    p.add_argument(
+        "--powersgd-rank",
+        type=int,
+        default=4,
+        help="with --rates: the PowerSGD rank to time the products at (default 4)",
+    )
     p.add_argument("--derive", metavar="TARGET", help="derive a profile for TARGET instead")
     p.add_argument("--from", dest="base", metavar="BASE.json", help="the profile to derive from")
 
@@ -38,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from poseidon.commands._common import fail
 
+    if args.rates:
+        return _rates(args)
     problem = _check_arguments(args)
     if problem:
         return fail("profile", problem)
@@ -56,6 +75,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rates(args: argparse.Namespace) -> int:
+    from poseidon.commands._common import fail
+    from poseidon.experiments.rates import measure_rates
+
+    if args.model or args.derive or args.output:
+        return fail("profile", "--rates measures the device alone: no --model, --derive or -o")
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    try:
+        rates = measure_rates(args.device, args.powersgd_rank)
+    except ValueError as e:
+        return fail("profile", e)
+    print(f"{rates.device}: PowerSGD rank-{args.powersgd_rank} products at "
+          f"{rates.gemm_flops_per_s / 1e9:.3g} GFLOP/s, memory at "
+          f"{rates.memory_bytes_per_s / 1e9:.3g} GB/s; for the job's environment:")  # fmt: skip
+    print("\n".join(rates.settings()))
+    return 0
+
+
 def _check_arguments(args: argparse.Namespace) -> str:
     if args.derive and args.model:
         return "give --model (measure) or --derive TARGET --from BASE.json, not both"
@@ -64,7 +104,9 @@ def _check_arguments(args: argparse.Namespace) -> str:
     if args.base and not args.derive:
         return "--from needs --derive TARGET"
     if not args.derive and not args.model:
-        return "--model is required (or --derive TARGET --from BASE.json)"
+        return "--model is required (or --derive TARGET --from BASE.json, or --rates)"
+    if not args.output:
+        return "-o/--output is required: where to write the profile"
     for flag, value, least in (("--batch", args.batch, 1), ("--iterations", args.iterations, 1),
                                ("--warmup", args.warmup, 0), ("--threads", args.threads, 1),
                                ("--copies", args.copies, 1)):  # fmt: skip
