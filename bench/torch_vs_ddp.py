@@ -22,7 +22,9 @@ checks the targets of issue 12 and prints them.
 
 Systems: poseidon (exact: PS and SFB per layer), poseidon-step (the same, wait="step"),
 poseidon-bf16 / poseidon-powersgd-R / poseidon-auto (compression="bf16", "powersgd:R",
-"auto:4": the cost model may pick those per layer), ddp, ddp-fp16 (DDP's
+"auto:4": the cost model may pick those per layer, ranking by bytes), poseidon-auto-timed
+(the same, ranking by predicted time: the emulated link's rate and this machine's measured
+GEMM and memory rates as POSEIDON_LINK_RATE / _GEMM_RATE / _MEMORY_RATE), ddp, ddp-fp16 (DDP's
 fp16_compress_hook; its bf16 one needs NCCL), powersgd-1, powersgd-4 (DDP's PowerSGD hook).
 """
 
@@ -56,7 +58,7 @@ SYSTEMS = (
     "powersgd-1",
     "powersgd-4",
 )
-KNOWN_SYSTEMS = (*SYSTEMS, "poseidon-powersgd-1", "poseidon-powersgd-4")
+KNOWN_SYSTEMS = (*SYSTEMS, "poseidon-powersgd-1", "poseidon-powersgd-4", "poseidon-auto-timed")
 BATCH = {"fc": 32, "transformer": 8, "vgg": 16}
 UNIT = {"fc": "images", "transformer": "tokens", "vgg": "images"}
 RESULT = re.compile(r"RESULT rank=(\d+) samples_per_s=([0-9.]+)")
@@ -93,7 +95,8 @@ def rank_env(rank: int, workers: int, port: int, cluster: EmulatedHosts | None) 
     if cluster is None:
         where = {"MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
     else:
-        where = {"MASTER_ADDR": cluster.addresses[0], "GLOO_SOCKET_IFNAME": cluster.inner(rank)}
+        where = {"MASTER_ADDR": cluster.addresses[0], "GLOO_SOCKET_IFNAME": cluster.inner(rank),
+                 "BENCH_LINK_BPS": f"{cluster.rate_bps:g}"}  # fmt: skip
     return clean_env(RANK=str(rank), WORLD_SIZE=str(workers), MASTER_PORT=str(port), **where)
 
 

@@ -56,7 +56,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bandwidth", default="0",
                    help="the link's goodput (e.g. 100mbit, 10gbit): rank schemes by predicted "
                    "time and print it; default unknown: by bytes (POSEIDON_LINK_RATE)")  # fmt: skip
-
+    p.add_argument("--gemm-rate", default="0",
+                   help="FLOP/s of the device's GEMMs, for the compute a scheme adds "
+                   "(POSEIDON_GEMM_RATE; `poseidon profile --rates` measures it)")  # fmt: skip
+    p.add_argument("--memory-rate", default="0",
+                   help="bytes/s of the device's memory (POSEIDON_MEMORY_RATE)")
 
 def run(args: argparse.Namespace) -> int:
     from caffe.errors import CaffeError, InputShapeError
@@ -107,11 +111,13 @@ def run(args: argparse.Namespace) -> int:
 def _allowance(args: argparse.Namespace) -> dict[str, Any]:
     """plan_layout's compression, powersgd_rank and rates from the command's options, checked
     as the job's settings are (ValueError naming the option)."""
-    from poseidon.config import Config, parse_compression, parse_link_rate
+    from poseidon.config import Config, parse_compression, parse_link_rate, parse_rate
 
     config = Config(compression=parse_compression(args.compression, "--compression"),
                     powersgd_rank=args.powersgd_rank,
-                    link_rate=parse_link_rate(args.bandwidth, "--bandwidth"))  # fmt: skip
+                    link_rate=parse_link_rate(args.bandwidth, "--bandwidth"),
+                    gemm_rate=parse_rate(args.gemm_rate, "--gemm-rate"),
+                    memory_rate=parse_rate(args.memory_rate, "--memory-rate"))  # fmt: skip
     config.check()
     kind, rank = config.allowance()
     return {"compression": kind, "powersgd_rank": rank, "rates": config.rates()}
