@@ -59,8 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gemm-rate", default="0",
                    help="FLOP/s of the device's GEMMs, for the compute a scheme adds "
                    "(POSEIDON_GEMM_RATE; `poseidon profile --rates` measures it)")  # fmt: skip
-    p.add_argument("--memory-rate", default="0",
-                   help="bytes/s of the device's memory (POSEIDON_MEMORY_RATE)")
+    p.add_argument(
+        "--memory-rate", default="0", help="bytes/s of the device's memory (POSEIDON_MEMORY_RATE)"
+    )
+
 
 def run(args: argparse.Namespace) -> int:
     from caffe.errors import CaffeError, InputShapeError
