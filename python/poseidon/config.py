@@ -589,7 +589,9 @@ class Config:
             self.scheme, _C.SchemeChoice.AUTO
         )
         kind, rank = self.allowance()
-        c.compression = getattr(_C.Compression, kind.upper())
+        from poseidon.plan import compression_of
+
+        c.compression = compression_of(kind)
         c.powersgd_rank = rank
         c.rates = self.rates()
         c.verbose = self.verbose

@@ -187,17 +187,18 @@ def lossy_layers(plan: Any, skip_names: Sequence[str] = ()) -> list[str]:
     return [lp.name for lp in plan.layers if lp.scheme in lossy and lp.name not in skip_names]
 
 
-def why_chosen(plan: Any, lp: Any) -> str:
+def why_chosen(plan: Any, lp: Any, estimates: Sequence[Any] | None = None) -> str:
     """Why the plan runs `lp` under its scheme: forced, the only candidate, or the margin over
     the runner-up among the schemes that serve the layer and the compression allows — by
     predicted time when the link's rate is known, else by bytes (cost_model.h, Note [time
-    model])."""
+    model]); `estimates` are the layer's `_C.layer_estimates`, if the caller has them."""
     from poseidon import _C
 
     if lp.spec.force != _C.SchemeChoice.AUTO:
         return "forced"
-    estimates = _C.layer_estimates(lp.spec, plan.num_workers, plan.num_servers,
-                                   plan.powersgd_rank, plan.rates)  # fmt: skip
+    if estimates is None:
+        estimates = _C.layer_estimates(lp.spec, plan.num_workers, plan.num_servers,
+                                       plan.powersgd_rank, plan.rates)  # fmt: skip
     spec = lp.spec
     pays = _C.powersgd_pays(spec.m, spec.n, plan.powersgd_rank)
     rivals = [e for e in estimates if e.applicable and e.scheme != lp.scheme
@@ -254,7 +255,7 @@ def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
         if show_lossy:
             row += [shown[_C.Scheme.BF16], shown[_C.Scheme.POWERSGD]]
         row += [scheme_label(lp), *([f"{1e3 * lp.estimate.seconds:.2f}"] if timed else []),
-                why_chosen(plan, lp)]  # fmt: skip
+                why_chosen(plan, lp, estimates)]  # fmt: skip
         body.append(row)
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     scheme_column = header.index("scheme")  # it and "why" are words: left-aligned

@@ -37,6 +37,7 @@ next forward), so one backward pass and the forward that follows are one period.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -259,7 +260,8 @@ def _communicate(
             sent += _powersgd_frames(uplink, index, layer, submit[index], nodes, link, threads,
                                      done)  # fmt: skip
         else:
-            sent += _ps_frames(uplink, index, layer, submit[index], nodes, link, threads, done)
+            sent += _ps_frames(uplink, index, layer, submit[index], nodes, link, threads,
+                               functools.partial(done.__setitem__, index))  # fmt: skip
     uplink.run()
     return done, sent
 
@@ -271,14 +273,19 @@ def _powersgd_frames(uplink, index, layer, ready, nodes, link, threads, done) ->
 
     def part_0_done(t: float) -> None:
         # Part 1's chunks are numbered after part 0's (the core's priority order).
-        _ps_frames(uplink, index, second, t + layer.encode_q_s, nodes, link, threads, done,
+        _ps_frames(uplink, index, second, t + layer.encode_q_s, nodes, link, threads,
+                   functools.partial(done.__setitem__, index),
                    order=len(layer.chunk_bytes))  # fmt: skip
 
     sent = _ps_frames(uplink, index, first, ready, nodes, link, threads, part_0_done)
     # Part 1's bytes, counted now (its frames join the uplink when part 0 is done).
-    return sent + 2 * (nodes - 1) / nodes * sum(
-        size + FRAME_HEADER_BYTES for size in layer.second_chunk_bytes
-    )
+    return sent + _ps_sent_bytes(layer.second_chunk_bytes, nodes)
+
+
+def _ps_sent_bytes(chunk_bytes: list[float], nodes: int) -> float:
+    """What one node sends for a PS round of chunks `chunk_bytes` (Note [push order]): the
+    (P−1)/P of each chunk its shard does not own, pushed, and as much again in replies."""
+    return 2 * (nodes - 1) / nodes * sum(size + FRAME_HEADER_BYTES for size in chunk_bytes)
 
 
 def _sfb_frames(uplink, index, layer, ready, nodes, link, chunk_bytes, done) -> float:  # type: ignore[no-untyped-def]
@@ -298,15 +305,15 @@ def _sfb_frames(uplink, index, layer, ready, nodes, link, chunk_bytes, done) -> 
     return left[0] * size
 
 
-def _ps_frames(uplink, index, layer, ready, nodes, link, threads, done, order=0) -> float:  # type: ignore[no-untyped-def]
+def _ps_frames(uplink, index, layer, ready, nodes, link, threads, on_done, order=0) -> float:  # type: ignore[no-untyped-def]
     """A PS layer in turns of P chunks (Note [push order]). Of a turn of m chunks a node
     pushes the ones it does not own, m·(P−1)/P on average, as that many frames; its shard
     returns each chunk it owns to the P−1 others once every push is in, m·(P−1)/P frames on
     average too. A turn of m < P chunks reaches only m shards, whose links carry it all:
-    its frames move at (m/P)·rate in all."""
+    its frames move at (m/P)·rate in all. `on_done(t)` is called when the last sum is in;
+    returns the bytes the node sends."""
     turns = [layer.chunk_bytes[k : k + nodes] for k in range(0, len(layer.chunk_bytes), nodes)]
     remaining_turns = [len(turns)]
-    sent = 0.0
     for turn_number, turn in enumerate(turns):
         m = len(turn)
         volume = (nodes - 1) / nodes * (sum(turn) + FRAME_HEADER_BYTES * m)
@@ -314,7 +321,6 @@ def _ps_frames(uplink, index, layer, ready, nodes, link, threads, done, order=0)
         cap = link.bytes_per_s
         if m < nodes:
             cap = link.bytes_per_s * m / nodes / min(threads, count)
-        sent += 2 * volume
         pushes_left = [count]
 
         def replies(t: float, first=order, volume=volume, count=count, cap=cap,
@@ -329,10 +335,7 @@ def _ps_frames(uplink, index, layer, ready, nodes, link, threads, done, order=0)
                 if replies_left[0] == 0:
                     remaining_turns[0] -= 1
                     if remaining_turns[0] == 0:
-                        if callable(done):  # the caller goes on from here (PowerSGD)
-                            done(t2 + link.latency_s)
-                        else:
-                            done[index] = t2 + link.latency_s
+                        on_done(t2 + link.latency_s)
 
             for k in range(count):  # one chunk's sum to each of the others in turn
                 uplink.add(Frame(SHARD, (index, first + k), volume / count, cap,
@@ -343,7 +346,7 @@ def _ps_frames(uplink, index, layer, ready, nodes, link, threads, done, order=0)
             uplink.add(Frame(WORKER, (index, order + k), volume / count, cap, ready, peer,
                              replies))  # fmt: skip
         order += count
-    return sent
+    return _ps_sent_bytes(layer.chunk_bytes, nodes)
 
 
 def _allreduce(

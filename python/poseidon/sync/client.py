@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from poseidon import _C
+from poseidon.plan import compression_of
 from poseidon.sync.factors import FactorLog
 from poseidon.sync.job import Session
 from poseidon.sync.layout import SyncLayer
@@ -69,7 +70,7 @@ class SyncClient:
         compression than this worker's settings ask for."""
         plan = self.worker.plan(list(specs))
         kind, rank = self.session.config.allowance()
-        asked = getattr(_C.Compression, kind.upper())
+        asked = compression_of(kind)
         ranked = asked != _C.Compression.NONE
         if plan.compression != asked or (ranked and plan.powersgd_rank != rank):
             raise ValueError(

@@ -67,10 +67,6 @@ class PowerSGDExchange:
         self.part0, self.part1 = (slice(p.offset, p.offset + p.num_floats) for p in planned.parts)
         worker.register_layer(layer.index, self.host.numpy())
 
-    @property
-    def wire_floats(self) -> int:
-        return self.codec.wire_floats
-
     # ----- the three steps -----------------------------------------------------------------
     def submit(self, iteration: int) -> Future:
         """Encode P and start part 0's sum; the continuation starts part 1's. Returns a future
@@ -87,10 +83,10 @@ class PowerSGDExchange:
             return self.worker.push_pull(index, iteration, 0)
 
         if self.comm_thread is None:
-            first: Callable[[], Any] = (lambda handle: lambda: handle)(send_p())
+            handle = send_p()
+            first: Callable[[], Any] = lambda: handle  # noqa: E731
         else:  # CUDA: the submit thread waits for the copy, not the training thread
-            pending = self.comm_thread.submit(send_p)
-            first = pending.result
+            first = self.comm_thread.submit(send_p).result
         return self.continuation.submit(self._continue, first, iteration)
 
     def _continue(self, first: Callable[[], Any], iteration: int) -> Any:
