@@ -331,6 +331,13 @@ def parse_compression(text: str, name: str = "value") -> str:
     return value
 
 
+def compression_of(name: str) -> Any:
+    """`_C.Compression` of "none", "bf16", "powersgd" or "auto" (a kind of allowance())."""
+    from poseidon import _C
+
+    return getattr(_C.Compression, name.upper())
+
+
 def parse_positive(text: str, name: str) -> int:
     value = parse_int(text, name)
     if value < 1:
@@ -589,8 +596,6 @@ class Config:
             self.scheme, _C.SchemeChoice.AUTO
         )
         kind, rank = self.allowance()
-        from poseidon.plan import compression_of
-
         c.compression = compression_of(kind)
         c.powersgd_rank = rank
         c.rates = self.rates()

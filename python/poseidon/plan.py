@@ -31,13 +31,6 @@ def scheme_choice(scheme: str) -> Any:
     return getattr(_C.SchemeChoice, SCHEME_NAMES[scheme])
 
 
-def compression_of(name: str) -> Any:
-    """`_C.Compression` of "none", "bf16", "powersgd" or "auto"."""
-    from poseidon import _C
-
-    return getattr(_C.Compression, name.upper())
-
-
 def _native_kind(kind: str) -> Any:
     from poseidon import _C
 
@@ -144,6 +137,7 @@ def plan_layout(
     function, with the job's `compression` allowance, PowerSGD rank and `_C.Rates`.
     `poseidon plan` prints this for a Caffe net and for a torch model alike."""
     from poseidon import _C
+    from poseidon.config import compression_of
 
     specs = [*layer_specs(layout, passes, sync, scheme, layer_schemes, what), *extra_specs]
     return _C.make_plan(specs, workers, servers, force=scheme_choice(scheme),

@@ -46,7 +46,8 @@ def profile_plan(
     with the job's `compression` allowance, PowerSGD rank and `_C.Rates`. The profile was
     measured at iter_size 1; its rows are an iteration's."""
     from poseidon import _C
-    from poseidon.plan import compression_of, layer_specs
+    from poseidon.config import compression_of
+    from poseidon.plan import layer_specs
 
     specs = layer_specs(profile_sync_layers(profile), 1, mode, "auto", layer_schemes)
     return _C.make_plan(specs, nodes, nodes, chunk_bytes, compression=compression_of(compression),

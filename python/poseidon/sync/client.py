@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from poseidon import _C
-from poseidon.plan import compression_of
+from poseidon.config import compression_of
 from poseidon.sync.factors import FactorLog
 from poseidon.sync.job import Session
 from poseidon.sync.layout import SyncLayer
