@@ -23,8 +23,8 @@ checks the targets of issue 12 and prints them.
 Systems: poseidon (exact: PS and SFB per layer), poseidon-step (the same, wait="step"),
 poseidon-bf16 / poseidon-powersgd-R / poseidon-auto (compression="bf16", "powersgd:R",
 "auto:4": the cost model may pick those per layer, ranking by bytes), poseidon-auto-timed
-(the same, ranking by predicted time: the emulated link's rate and this machine's measured
-GEMM and memory rates as POSEIDON_LINK_RATE / _GEMM_RATE / _MEMORY_RATE), ddp, ddp-fp16 (DDP's
+(the same, ranking by the simulated iteration: the emulated link's rate as
+POSEIDON_LINK_RATE, and each worker's own timings of the schemes' compute), ddp, ddp-fp16 (DDP's
 fp16_compress_hook; its bf16 one needs NCCL), powersgd-1, powersgd-4 (DDP's PowerSGD hook).
 """
 

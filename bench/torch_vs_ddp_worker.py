@@ -3,7 +3,8 @@ or by PyTorch's (gloo), with or without the PowerSGD hook, on the same batches.
 
     torch_vs_ddp_worker.py SYSTEM MODEL BATCH WARMUP ITERS [LOSS_FILE [TARGET_ACCURACY]]
         SYSTEM: poseidon | poseidon-step (wait="step") | poseidon-bf16 | poseidon-powersgd-R
-                | poseidon-auto (compression="auto:4") | poseidon-auto-timed (and the rates) | ddp
+                | poseidon-auto (compression="auto:4") | poseidon-auto-timed (and the link's rate)
+                | ddp
                 | ddp-fp16 (fp16_compress_hook; the bf16 one needs NCCL) | powersgd-1
                 | powersgd-4 | single (one process, plain torch)
         MODEL:  fc | transformer | vgg           (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set)
@@ -76,14 +77,10 @@ def wrap(system: str, model: nn.Module) -> nn.Module:
         import poseidon.torch
 
         wait = "step" if system == "poseidon-step" else "backward"
-        if system == "poseidon-auto-timed":  # the cost model ranks by time: give it the rates
-            from poseidon.experiments.rates import measure_rates
-
-            rates = measure_rates("cpu", 4, sizes=(512, 1024), repeats=3)
-            if "BENCH_LINK_BPS" in os.environ:  # an emulated link's rate (else: loopback)
-                os.environ["POSEIDON_LINK_RATE"] = os.environ["BENCH_LINK_BPS"] + "bps"
-            os.environ["POSEIDON_GEMM_RATE"] = f"{rates.gemm_flops_per_s:g}"
-            os.environ["POSEIDON_MEMORY_RATE"] = f"{rates.memory_bytes_per_s:g}"
+        if system == "poseidon-auto-timed" and "BENCH_LINK_BPS" in os.environ:
+            # The cost model ranks by time on the emulated link; the workers measure their
+            # compute themselves (poseidon/sync/measure.py). On loopback: by bytes.
+            os.environ["POSEIDON_LINK_RATE"] = os.environ["BENCH_LINK_BPS"] + "bps"
         return poseidon.torch.DistributedDataParallel(
             model, wait=wait, compression=POSEIDON_COMPRESSION[system]
         )

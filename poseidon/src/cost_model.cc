@@ -96,9 +96,21 @@ uint64_t powersgd_effective_rank(uint64_t rank, uint64_t m, uint64_t n) {
   return std::min({rank, m, n});
 }
 
+bool MeasuredCosts::any() const {
+  return backward_s > 0 || sfb_rebuild_s > 0 || bf16_encode_s > 0 || bf16_finish_s > 0 ||
+         powersgd_encode_s > 0 || powersgd_between_s > 0 || powersgd_finish_s > 0;
+}
+
+bool MeasuredCosts::operator==(const MeasuredCosts& o) const {
+  return backward_s == o.backward_s && sfb_rebuild_s == o.sfb_rebuild_s &&
+         bf16_encode_s == o.bf16_encode_s && bf16_finish_s == o.bf16_finish_s &&
+         powersgd_encode_s == o.powersgd_encode_s && powersgd_between_s == o.powersgd_between_s &&
+         powersgd_finish_s == o.powersgd_finish_s;
+}
+
 SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
                                int64_t p1, int64_t p2, uint64_t rank, uint64_t num_floats,
-                               const Rates& rates) {
+                               const Rates& rates, const MeasuredCosts& measured) {
   if (rank < 1) throw ConfigError("estimate_scheme: PowerSGD rank 0 (want >= 1)");
   // The wire bytes of PS and SFB are comm_cost's floats times 4 (exact in
   // binary floating point), so ranking by them agrees with best_scheme.
@@ -106,6 +118,11 @@ SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64
   const double M = static_cast<double>(m);
   const double N = static_cast<double>(n);
   const double mn = M * N;
+  const auto over = [](double amount, double rate) { return rate > 0 ? amount / rate : 0.0; };
+  const auto gemm = [&](double flops) { return over(flops, rates.gemm_flops_per_s); };
+  const auto stream = [&](double bytes) { return over(bytes, rates.memory_bytes_per_s); };
+  // A measured phase (Note [measured costs]) wins over the formula's.
+  const auto phase = [](double timed, double modelled) { return timed > 0 ? timed : modelled; };
   SchemeEstimate e;
   e.scheme = scheme;
   e.applicable = scheme_applicable(scheme, kind, m, n, num_floats);
@@ -116,10 +133,13 @@ SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64
     case Scheme::kBF16:
       e.wire_bytes = c.ps_colocated_floats * 2.0;
       e.memory_bytes = 12.0 * mn;
+      e.encode_s = phase(measured.bf16_encode_s, stream(6.0 * mn));
+      e.finish_s = phase(measured.bf16_finish_s, stream(6.0 * mn));
       break;
     case Scheme::kSFB:
       e.wire_bytes = c.sfb_bytes();
       e.flops = 2.0 * mn * static_cast<double>(k) * (static_cast<double>(p1) - 1.0);
+      e.finish_s = phase(measured.sfb_rebuild_s, gemm(e.flops));
       break;
     case Scheme::kPowerSGD: {
       e.rank = powersgd_effective_rank(rank, m, n);
@@ -129,21 +149,24 @@ SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64
       e.wire_bytes = kBytesPerFloat * 2.0 * r * (M + N) * (P1 + P2 - 2.0) / P2;
       e.flops = 6.0 * mn * r + 4.0 * M * r * r;
       e.memory_bytes = 12.0 * mn;
+      e.encode_s = phase(measured.powersgd_encode_s, gemm(2.0 * mn * r) + stream(4.0 * mn));
+      e.between_s = phase(measured.powersgd_between_s, gemm(2.0 * mn * r + 4.0 * M * r * r));
+      e.finish_s = phase(measured.powersgd_finish_s, gemm(2.0 * mn * r) + stream(8.0 * mn));
       break;
     }
   }
-  const auto over = [](double amount, double rate) { return rate > 0 ? amount / rate : 0.0; };
-  e.seconds = over(e.wire_bytes, rates.link_bytes_per_s) + over(e.flops, rates.gemm_flops_per_s) +
-              over(e.memory_bytes, rates.memory_bytes_per_s);
+  e.wire_s = over(e.wire_bytes, rates.link_bytes_per_s);
+  e.seconds = e.wire_s + e.encode_s + e.between_s + e.finish_s;
   return e;
 }
 
 std::vector<SchemeEstimate> estimate_schemes(LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
                                              int64_t p1, int64_t p2, uint64_t rank,
-                                             uint64_t num_floats, const Rates& rates) {
+                                             uint64_t num_floats, const Rates& rates,
+                                             const MeasuredCosts& measured) {
   std::vector<SchemeEstimate> out;
   for (const Scheme s : {Scheme::kPS, Scheme::kSFB, Scheme::kBF16, Scheme::kPowerSGD}) {
-    out.push_back(estimate_scheme(s, kind, m, n, k, p1, p2, rank, num_floats, rates));
+    out.push_back(estimate_scheme(s, kind, m, n, k, p1, p2, rank, num_floats, rates, measured));
   }
   return out;
 }
@@ -179,15 +202,21 @@ bool powersgd_pays(uint64_t m, uint64_t n, uint64_t rank) {
          static_cast<double>(m) * static_cast<double>(n);
 }
 
+bool scheme_candidate(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uint64_t num_floats,
+                      Compression compression, uint64_t rank) {
+  if (!scheme_applicable(scheme, kind, m, n, num_floats)) return false;
+  if (!scheme_allowed(scheme, compression)) return false;
+  return scheme != Scheme::kPowerSGD || powersgd_pays(m, n, rank);
+}
+
 Scheme choose_scheme(LayerKind kind, uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2,
                      Compression compression, uint64_t rank, uint64_t num_floats,
-                     const Rates& rates) {
+                     const Rates& rates, const MeasuredCosts& measured) {
   const SchemeEstimate* best = nullptr;
   const std::vector<SchemeEstimate> all =
-      estimate_schemes(kind, m, n, k, p1, p2, rank, num_floats, rates);
+      estimate_schemes(kind, m, n, k, p1, p2, rank, num_floats, rates, measured);
   for (const SchemeEstimate& e : all) {
-    if (!e.applicable || !scheme_allowed(e.scheme, compression)) continue;
-    if (e.scheme == Scheme::kPowerSGD && !powersgd_pays(m, n, rank)) continue;
+    if (!scheme_candidate(e.scheme, kind, m, n, num_floats, compression, rank)) continue;
     if (best == nullptr || ranks_before(e, *best, rates)) best = &e;
   }
   return best ? best->scheme : Scheme::kPS;  // PS serves every layer: never null

@@ -1,5 +1,6 @@
 #include "poseidon/internal/messages.h"
 
+#include <cmath>
 #include <utility>
 
 #include "poseidon/errors.h"
@@ -8,8 +9,15 @@
 namespace poseidon {
 namespace {
 
-// Smallest encoding of one LayerSpec: id, name length, kind, force, m, n, k, num_floats.
-constexpr size_t kMinLayerSpecBytes = 4 + 4 + 1 + 1 + 8 * 4;
+// Smallest encoding of one LayerSpec: id, name length, kind, force, m, n, k,
+// num_floats, then its seven measured costs.
+constexpr size_t kMinLayerSpecBytes = 4 + 4 + 1 + 1 + 8 * 4 + 8 * 7;
+
+// The measured costs in a fixed order (Note [measured costs]).
+std::vector<double*> measured_fields(MeasuredCosts& c) {
+  return {&c.backward_s,        &c.sfb_rebuild_s,      &c.bf16_encode_s,    &c.bf16_finish_s,
+          &c.powersgd_encode_s, &c.powersgd_between_s, &c.powersgd_finish_s};
+}
 
 void put_spec(ByteWriter& w, const LayerSpec& s) {
   w.u32(s.layer_id);
@@ -20,6 +28,8 @@ void put_spec(ByteWriter& w, const LayerSpec& s) {
   w.u64(s.n);
   w.u64(s.k);
   w.u64(s.num_floats);
+  MeasuredCosts measured = s.measured;
+  for (const double* v : measured_fields(measured)) w.f64(*v);
 }
 
 LayerSpec get_spec(ByteReader& r) {
@@ -38,6 +48,12 @@ LayerSpec get_spec(ByteReader& r) {
   s.n = r.u64();
   s.k = r.u64();
   s.num_floats = r.u64();
+  for (double* v : measured_fields(s.measured)) {
+    *v = r.f64();
+    if (!std::isfinite(*v) || *v < 0) {
+      throw ProtocolError("layer spec " + s.name + ": measured cost " + std::to_string(*v) + " s");
+    }
+  }
   return s;
 }
 

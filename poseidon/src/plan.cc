@@ -5,6 +5,7 @@
 #include <set>
 
 #include "poseidon/errors.h"
+#include "poseidon/schedule.h"
 
 namespace poseidon {
 
@@ -128,6 +129,19 @@ void check_settings(int powersgd_rank, const Rates& rates, Compression compressi
   }
 }
 
+// A worker's timings are inputs to the plan: a negative or non-finite one is
+// a bug in the measuring, named with the layer.
+void check_measured(const LayerSpec& s) {
+  const MeasuredCosts& c = s.measured;
+  for (const double v : {c.backward_s, c.sfb_rebuild_s, c.bf16_encode_s, c.bf16_finish_s,
+                         c.powersgd_encode_s, c.powersgd_between_s, c.powersgd_finish_s}) {
+    if (!std::isfinite(v) || v < 0) {
+      throw ConfigError("layer " + s.debug_string() + ": measured cost " + std::to_string(v) +
+                        " s (want >= 0; 0: not measured)");
+    }
+  }
+}
+
 }  // namespace
 
 Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme>& schemes,
@@ -166,7 +180,7 @@ Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme
     lp.scheme = schemes[i];
     lp.cost = comm_cost(s.m, s.n, s.k, num_workers, num_servers);
     lp.estimate = estimate_scheme(lp.scheme, s.kind, s.m, s.n, s.k, num_workers, num_servers,
-                                  plan.powersgd_rank, s.num_floats, rates);
+                                  plan.powersgd_rank, s.num_floats, rates, s.measured);
     // Note [plan parts]
     if (lp.scheme == Scheme::kPS || lp.scheme == Scheme::kBF16) {
       lp.parts.push_back(cut_part(0, s.num_floats, chunk_bytes, num_servers));
@@ -200,6 +214,11 @@ Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme
     }
     plan.layers.push_back(lp);
   }
+  if (rates.link_bytes_per_s > 0) {
+    std::vector<SchemeEstimate> chosen;
+    for (const LayerPlan& lp : plan.layers) chosen.push_back(lp.estimate);
+    plan.schedule_s = schedule_seconds(specs, chosen);
+  }
   return plan;
 }
 
@@ -208,13 +227,17 @@ Plan make_plan(const std::vector<LayerSpec>& specs, int num_workers, int num_ser
                int powersgd_rank, const Rates& rates) {
   check_settings(powersgd_rank, rates, compression);
   std::vector<Scheme> schemes;
+  std::vector<bool> fixed;
   schemes.reserve(specs.size());
   for (const LayerSpec& s : specs) {
+    check_measured(s);
     const bool own = s.force != SchemeChoice::kAuto;
     const SchemeChoice choice = own ? s.force : cluster_force;
+    fixed.push_back(choice != SchemeChoice::kAuto);
     if (choice == SchemeChoice::kAuto) {
       schemes.push_back(choose_scheme(s.kind, s.m, s.n, s.k, num_workers, num_servers, compression,
-                                      static_cast<uint64_t>(powersgd_rank), s.num_floats, rates));
+                                      static_cast<uint64_t>(powersgd_rank), s.num_floats, rates,
+                                      s.measured));
       continue;
     }
     const char* setting = own ? "LayerSpec.force" : "Config.scheme (cluster-wide)";
@@ -230,6 +253,10 @@ Plan make_plan(const std::vector<LayerSpec>& specs, int num_workers, int num_ser
     }
     schemes.push_back(forced);
   }
+  if (rates.link_bytes_per_s > 0 && num_workers >= 1 && num_servers >= 1) {
+    schemes = refine_by_schedule(specs, std::move(schemes), fixed, num_workers, num_servers,
+                                 compression, powersgd_rank, rates);
+  }
   return assemble_plan(specs, schemes, num_workers, num_servers, chunk_bytes, powersgd_rank, rates,
                        compression);
 }
@@ -238,7 +265,8 @@ std::vector<SchemeEstimate> layer_estimates(const LayerSpec& spec, int num_worke
                                             int powersgd_rank, const Rates& rates) {
   check_settings(powersgd_rank, rates, Compression::kNone);
   return estimate_schemes(spec.kind, spec.m, spec.n, spec.k, num_workers, num_servers,
-                          static_cast<uint64_t>(powersgd_rank), spec.num_floats, rates);
+                          static_cast<uint64_t>(powersgd_rank), spec.num_floats, rates,
+                          spec.measured);
 }
 
 }  // namespace poseidon

@@ -27,6 +27,7 @@
 #include "poseidon/errors.h"
 #include "poseidon/kv_server.h"
 #include "poseidon/plan.h"
+#include "poseidon/schedule.h"
 #include "poseidon/version.h"
 #include "poseidon/worker.h"
 
@@ -253,6 +254,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("sfb_crossover_workers", &sfb_crossover_workers, py::arg("m"), py::arg("n"), py::arg("k"),
         py::arg("max_p") = int64_t{1} << 20);
 
+  py::class_<MeasuredCosts>(m, "MeasuredCosts",
+                            "What a worker timed for one layer on its device, in seconds; 0: "
+                            "not measured (cost_model.h, Note [measured costs]).")
+      .def(py::init<>())
+      .def_readwrite("backward_s", &MeasuredCosts::backward_s)
+      .def_readwrite("sfb_rebuild_s", &MeasuredCosts::sfb_rebuild_s)
+      .def_readwrite("bf16_encode_s", &MeasuredCosts::bf16_encode_s)
+      .def_readwrite("bf16_finish_s", &MeasuredCosts::bf16_finish_s)
+      .def_readwrite("powersgd_encode_s", &MeasuredCosts::powersgd_encode_s)
+      .def_readwrite("powersgd_between_s", &MeasuredCosts::powersgd_between_s)
+      .def_readwrite("powersgd_finish_s", &MeasuredCosts::powersgd_finish_s)
+      .def("any", &MeasuredCosts::any)
+      .def(py::self == py::self);
+
   py::class_<SchemeEstimate>(m, "SchemeEstimate",
                              "One scheme's cost for one layer per node per iteration "
                              "(cost_model.h, Note [time model]).")
@@ -263,6 +278,10 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("flops", &SchemeEstimate::flops)
       .def_readonly("memory_bytes", &SchemeEstimate::memory_bytes)
       .def_readonly("seconds", &SchemeEstimate::seconds)
+      .def_readonly("wire_s", &SchemeEstimate::wire_s)
+      .def_readonly("encode_s", &SchemeEstimate::encode_s)
+      .def_readonly("between_s", &SchemeEstimate::between_s)
+      .def_readonly("finish_s", &SchemeEstimate::finish_s)
       .def("__repr__", [](const SchemeEstimate& e) {
         return std::string("SchemeEstimate(") + scheme_name(e.scheme) +
                (e.applicable ? "" : ", not applicable") + ", wire_bytes=" + num(e.wire_bytes) +
@@ -277,16 +296,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("estimate_scheme", &estimate_scheme, py::arg("scheme"), py::arg("kind"), py::arg("m"),
         py::arg("n"), py::arg("k"), py::arg("p1"), py::arg("p2"),
         py::arg("rank") = uint64_t{kDefaultPowerSGDRank}, py::arg("num_floats") = uint64_t{0},
-        py::arg("rates") = Rates{});
+        py::arg("rates") = Rates{}, py::arg("measured") = MeasuredCosts{});
   m.def("estimate_schemes", &estimate_schemes, py::arg("kind"), py::arg("m"), py::arg("n"),
         py::arg("k"), py::arg("p1"), py::arg("p2"),
         py::arg("rank") = uint64_t{kDefaultPowerSGDRank}, py::arg("num_floats") = uint64_t{0},
-        py::arg("rates") = Rates{},
+        py::arg("rates") = Rates{}, py::arg("measured") = MeasuredCosts{},
         "All four estimates, in Scheme order (PS, SFB, BF16, PowerSGD).");
+  m.def("scheme_candidate", &scheme_candidate, py::arg("scheme"), py::arg("kind"), py::arg("m"),
+        py::arg("n"), py::arg("num_floats"), py::arg("compression"),
+        py::arg("rank") = uint64_t{kDefaultPowerSGDRank},
+        "Whether the cost model may pick the scheme: applicable, allowed, and PowerSGD only "
+        "where it pays.");
   m.def("choose_scheme", &choose_scheme, py::arg("kind"), py::arg("m"), py::arg("n"), py::arg("k"),
         py::arg("p1"), py::arg("p2"), py::arg("compression") = Compression::kNone,
         py::arg("rank") = uint64_t{kDefaultPowerSGDRank}, py::arg("num_floats") = uint64_t{0},
-        py::arg("rates") = Rates{});
+        py::arg("rates") = Rates{}, py::arg("measured") = MeasuredCosts{});
 
   py::class_<LayerSpec>(m, "LayerSpec")
       .def(py::init([](uint32_t layer_id, std::string name, LayerKind kind, uint64_t mm, uint64_t n,
@@ -304,6 +328,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("k", &LayerSpec::k)
       .def_readwrite("num_floats", &LayerSpec::num_floats)
       .def_readwrite("force", &LayerSpec::force)
+      .def_readwrite("measured", &LayerSpec::measured)
       .def("__repr__", [](const LayerSpec& s) { return "LayerSpec(" + s.debug_string() + ")"; });
 
   py::class_<PlanPart>(m, "PlanPart",
@@ -343,6 +368,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("powersgd_rank", &Plan::powersgd_rank)
       .def_readonly("rates", &Plan::rates)
       .def_readonly("layers", &Plan::layers)
+      .def_readonly("schedule_s", &Plan::schedule_s)
       .def(
           "find",
           [](const Plan& p, uint32_t id) -> std::optional<LayerPlan> {
@@ -354,6 +380,9 @@ PYBIND11_MODULE(_C, m) {
         py::arg("chunk_bytes") = kDefaultChunkBytes, py::arg("force") = SchemeChoice::kAuto,
         py::arg("compression") = Compression::kNone,
         py::arg("powersgd_rank") = kDefaultPowerSGDRank, py::arg("rates") = Rates{});
+  m.def("schedule_seconds", &schedule_seconds, py::arg("specs"), py::arg("chosen"),
+        "The simulated backward + synchronisation seconds of one iteration (schedule.h, Note "
+        "[schedule]): the layers' specs and their schemes' estimates, in declaration order.");
   m.def("layer_estimates", &layer_estimates, py::arg("spec"), py::arg("num_workers"),
         py::arg("num_servers"), py::arg("powersgd_rank") = kDefaultPowerSGDRank,
         py::arg("rates") = Rates{},

@@ -13,7 +13,7 @@ layout.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from poseidon.sync.layout import KINDS, SyncLayer
@@ -66,8 +66,9 @@ LOSSY = ("bf16", "powersgd")
 
 def broadcast_spec(layer_id: int, floats: int) -> Any:
     """The LayerSpec of a broadcast unit `layer_id` of `floats` capacity: always SFB (a copy,
-    never a sum) and moving nothing per iteration, so printed tables leave it out."""
-    return layer_spec(layer_id, BROADCAST_NAME, "FC", floats, 1, 1, floats, "sfb")
+    never a sum) and moving nothing per iteration — K = 0: no bytes, no time in the cost
+    model's schedule — so printed tables leave it out."""
+    return layer_spec(layer_id, BROADCAST_NAME, "FC", floats, 1, 0, floats, "sfb")
 
 
 def may_run_lossy(sync: str, compression: str, layer_schemes: Mapping[str, str]) -> bool:
@@ -130,16 +131,20 @@ def plan_layout(
     compression: str = "none",
     powersgd_rank: int = 4,
     rates: Any = None,
+    measure: Callable[[list[Any]], None] | None = None,
 ) -> Any:
     """The `_C.Plan` a job of `workers` and `servers` runs for a front end's `layout`: the
     specs its workers declare (layer_specs, then `extra_specs`, units of the front end's own
     such as poseidon.torch's broadcast unit) through `_C.make_plan`, the coordinator's
-    function, with the job's `compression` allowance, PowerSGD rank and `_C.Rates`.
+    function, with the job's `compression` allowance, PowerSGD rank and `_C.Rates`;
+    `measure`, if given, fills the specs' measured costs first, as a job's workers do.
     `poseidon plan` prints this for a Caffe net and for a torch model alike."""
     from poseidon import _C
     from poseidon.config import compression_of
 
     specs = [*layer_specs(layout, passes, sync, scheme, layer_schemes, what), *extra_specs]
+    if measure is not None:
+        measure(specs)
     return _C.make_plan(specs, workers, servers, force=scheme_choice(scheme),
                         compression=compression_of(compression), powersgd_rank=powersgd_rank,
                         rates=rates if rates is not None else _C.Rates())  # fmt: skip
@@ -183,9 +188,10 @@ def lossy_layers(plan: Any, skip_names: Sequence[str] = ()) -> list[str]:
 
 def why_chosen(plan: Any, lp: Any, estimates: Sequence[Any] | None = None) -> str:
     """Why the plan runs `lp` under its scheme: forced, the only candidate, or the margin over
-    the runner-up among the schemes that serve the layer and the compression allows — by
-    predicted time when the link's rate is known, else by bytes (cost_model.h, Note [time
-    model]); `estimates` are the layer's `_C.layer_estimates`, if the caller has them."""
+    the runner-up among the schemes the cost model may pick for it (`_C.scheme_candidate`) —
+    when the link's rate is known, how much longer the simulated iteration would be with the
+    runner-up on this layer (schedule.h, Note [schedule]), else by bytes (cost_model.h, Note
+    [time model]); `estimates` are the layer's `_C.layer_estimates`, if the caller has them."""
     from poseidon import _C
 
     if lp.spec.force != _C.SchemeChoice.AUTO:
@@ -194,26 +200,44 @@ def why_chosen(plan: Any, lp: Any, estimates: Sequence[Any] | None = None) -> st
         estimates = _C.layer_estimates(lp.spec, plan.num_workers, plan.num_servers,
                                        plan.powersgd_rank, plan.rates)  # fmt: skip
     spec = lp.spec
-    pays = _C.powersgd_pays(spec.m, spec.n, plan.powersgd_rank)
-    rivals = [e for e in estimates if e.applicable and e.scheme != lp.scheme
-              and _C.scheme_allowed(e.scheme, plan.compression)
-              and (e.scheme != _C.Scheme.POWERSGD or pays)]  # fmt: skip
+
+    def candidate(e: Any, compression: Any = plan.compression) -> bool:
+        return _C.scheme_candidate(e.scheme, spec.kind, spec.m, spec.n, spec.num_floats,
+                                   compression, plan.powersgd_rank)  # fmt: skip
+
+    rivals = [e for e in estimates if e.scheme != lp.scheme and candidate(e)]
     if not rivals:
-        unpaid = not pays and any(e.scheme == _C.Scheme.POWERSGD and e.applicable
-                                  and _C.scheme_allowed(e.scheme, plan.compression)
-                                  for e in estimates)  # fmt: skip
+        unpaid = any(e.scheme == _C.Scheme.POWERSGD and e.applicable
+                     and _C.scheme_allowed(e.scheme, plan.compression)
+                     and not candidate(e) for e in estimates)  # fmt: skip
         if unpaid:
             return "PowerSGD would not halve its bytes (2·r·(M+N) >= M·N)"
         return "the only scheme allowed that serves it"
-    by_time = plan.rates.link_bytes_per_s > 0
-    key = (lambda e: e.seconds) if by_time else (lambda e: e.wire_bytes)
+    if plan.rates.link_bytes_per_s > 0:
+        longer = {e.scheme: _schedule_with(plan, lp, e) - plan.schedule_s for e in rivals}
+        runner_up = min(longer, key=lambda s: longer[s])
+        if longer[runner_up] < 0:  # schedule.h: exact kept unless lossy wins > 1%
+            return (
+                f"exact: {_C.scheme_name(runner_up)} would save only "
+                f"{_seconds(-longer[runner_up])} of the iteration"
+            )
+        return (
+            f"iteration {_seconds(longer[runner_up])} shorter than with {_C.scheme_name(runner_up)}"
+        )
+    key = lambda e: e.wire_bytes  # noqa: E731
     best = min(rivals, key=key)
     mine = lp.estimate
-    if by_time:
-        return f"{_seconds(best.seconds - mine.seconds)} faster than {_C.scheme_name(best.scheme)}"
     if key(best) == key(mine):
         return f"as many bytes as {_C.scheme_name(best.scheme)} (ties: exact first)"
     return f"{_bytes(best.wire_bytes - mine.wire_bytes)} fewer than {_C.scheme_name(best.scheme)}"
+
+
+def _schedule_with(plan: Any, changed: Any, estimate: Any) -> float:
+    """The plan's simulated iteration (plan.schedule_s) with layer `changed` under `estimate`."""
+    from poseidon import _C
+
+    chosen = [estimate if lp.layer_id == changed.layer_id else lp.estimate for lp in plan.layers]
+    return _C.schedule_seconds([lp.spec for lp in plan.layers], chosen)
 
 
 def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
@@ -274,7 +298,12 @@ def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
         line(["-" * w for w in widths]),
         *(line(b) for b in body),
         f"total: all PS {_mb(ps_total)} MB/iter; hybrid (chosen schemes) {_mb(hybrid)} MB/iter"
-        + (f", {1e3 * seconds:.2f} ms/iter predicted" if timed else ""),
+        + (
+            f"; {1e3 * seconds:.2f} ms/iter if nothing overlapped, {1e3 * plan.schedule_s:.2f} "
+            "ms of backward + synchronisation as scheduled"
+            if timed
+            else ""
+        ),
         f"lossy layers: {', '.join(lossy) if lossy else 'none (every gradient exact)'}",
     ]
     return "\n".join(out)

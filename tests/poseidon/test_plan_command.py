@@ -224,7 +224,8 @@ def test_compression_in_the_printed_plan(tmp_path: Path, capsys: pytest.CaptureF
                  "--gemm-rate", "5e9"]) == 0  # fmt: skip
     timed = capsys.readouterr().out
     assert "ms/iter" in timed and "PowerSGD r2" in timed and "link 100 Mbit/s" in timed
-    assert re.search(r"ms faster than", timed)
+    assert re.search(r"fc1 .* PowerSGD r2 .* iteration [\d.]+ [µm]?s shorter than with", timed)
+    assert re.search(r"ms of backward \+ synchronisation as scheduled", timed)
     # A forced scheme that the layer cannot serve, a bad value: errors naming them.
     assert main([*base, "--layer-schemes", "conv1=sfb"]) == 2
     assert "--layer-schemes: layer 'conv1' (conv, 4x27) cannot take sfb" in capsys.readouterr().err

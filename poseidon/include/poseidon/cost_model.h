@@ -63,11 +63,36 @@ int64_t sfb_crossover_workers(uint64_t m, uint64_t n, uint64_t k, int64_t max_p 
 // rebuild of the other workers' M×N updates from their factors. PowerSGD's
 // flops: three GEMMs and orthogonalising P; its memory: error feedback, three
 // fp32 passes over M·N.
-// Like the paper, biases (a layer's floats beyond M·N) are left out. The
-// pick (choose_scheme) ranks the applicable and allowed schemes by seconds,
+// Like the paper, biases (a layer's floats beyond M·N) are left out.
+// Each estimate also says where its compute falls (Note [schedule]):
+//   scheme    encode_s (before the send)   between_s (PowerSGD)    finish_s
+//   BF16      half the memory term         -                       the other half
+//   SFB       -                            -                       the rebuild
+//   PowerSGD  2·M·N·r flops + 4·M·N bytes  2·M·N·r + 4·M·r² flops  2·M·N·r + 8·M·N bytes
+// and a worker's measurement of a phase on its device (MeasuredCosts),
+// when there is one, replaces the formula's. The per-layer pick
+// (choose_scheme) ranks the applicable and allowed schemes by seconds,
 // or by wire_bytes alone when the link rate is unknown; ties go to the first
 // of SFB, PS, BF16, PowerSGD — so with no rates and Compression::kNone the
 // pick is best_scheme's, ties included (exact before lossy, and SFB on <=).
+
+// Note [measured costs]: what a worker timed on its own device for one
+// layer, at the layer's shapes and the job's P1 (python/poseidon/sync/
+// measure.py), in seconds; 0 = not measured (the formula's rate is used).
+// The phases are those of Note [schedule]. backward_s is the layer's own
+// backward pass, what the layers' transfers can hide behind.
+struct MeasuredCosts {
+  double backward_s = 0;
+  double sfb_rebuild_s = 0;       // finish: the other workers' updates from their factors
+  double bf16_encode_s = 0;       // fp32 -> bf16 before the push
+  double bf16_finish_s = 0;       // bf16 -> fp32 after the pull
+  double powersgd_encode_s = 0;   // error feedback, P = M·Q
+  double powersgd_between_s = 0;  // orthogonalise the summed P, Q = Mᵀ·P
+  double powersgd_finish_s = 0;   // P·Qᵀ / P1, the new error
+
+  bool any() const;
+  bool operator==(const MeasuredCosts& o) const;
+};
 
 // Whether `scheme` can serve a layer: PS and BF16 any layer; SFB a
 // fully-connected one; PowerSGD an m×n weight with m >= 2 and n >= 2 inside
@@ -94,25 +119,37 @@ struct SchemeEstimate {
   double flops = 0;         // extra GEMM flops per node per iteration
   double memory_bytes = 0;  // extra memory traffic per node per iteration
   double seconds = 0;       // predicted; unknown rates count 0
+  // seconds, split by where it falls (Note [schedule]); seconds is their sum.
+  double wire_s = 0;     // wire_bytes at the link rate (PowerSGD: both rounds)
+  double encode_s = 0;   // on the training thread, before the layer's first send
+  double between_s = 0;  // PowerSGD: between its two rounds
+  double finish_s = 0;   // after the layer's last round, before its update
 };
 
 // The estimate of `scheme` for a layer of `kind` with an m×n weight, k
 // samples per worker, `num_floats` floats in all, P1 workers, P2 shards and
-// PowerSGD rank `rank`. Requires P1, P2 >= 1 (ConfigError). Pure.
+// PowerSGD rank `rank`; `measured` replaces the formula's compute where set.
+// Requires P1, P2 >= 1 (ConfigError). Pure.
 SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
                                int64_t p1, int64_t p2, uint64_t rank, uint64_t num_floats,
-                               const Rates& rates);
+                               const Rates& rates, const MeasuredCosts& measured = {});
 // All four, in Scheme order (PS, SFB, BF16, PowerSGD).
 std::vector<SchemeEstimate> estimate_schemes(LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
                                              int64_t p1, int64_t p2, uint64_t rank,
-                                             uint64_t num_floats, const Rates& rates);
+                                             uint64_t num_floats, const Rates& rates,
+                                             const MeasuredCosts& measured = {});
 // True if `a` ranks before `b` (Note [time model]: seconds, or wire_bytes
 // when rates.link_bytes_per_s is 0; ties by SFB, PS, BF16, PowerSGD).
 bool ranks_before(const SchemeEstimate& a, const SchemeEstimate& b, const Rates& rates);
-// The model's pick among the schemes applicable to the layer and allowed by
-// `compression` (PS always is), PowerSGD only where powersgd_pays. Pure.
+// Whether the model may pick `scheme` for a layer: applicable, allowed by
+// `compression`, and for PowerSGD only where powersgd_pays.
+bool scheme_candidate(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uint64_t num_floats,
+                      Compression compression, uint64_t rank);
+// The model's pick for one layer on its own: the candidate that ranks first
+// (ranks_before). Pure. make_plan refines these picks on the iteration's
+// schedule when the link rate is known (Note [schedule], schedule.h).
 Scheme choose_scheme(LayerKind kind, uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2,
                      Compression compression, uint64_t rank, uint64_t num_floats,
-                     const Rates& rates);
+                     const Rates& rates, const MeasuredCosts& measured = {});
 
 }  // namespace poseidon

@@ -26,6 +26,10 @@ struct LayerSpec {
   uint64_t k = 0;           // samples per worker per iteration (the bottom's batch)
   uint64_t num_floats = 0;  // length of the layer's contiguous gradient range
   SchemeChoice force = SchemeChoice::kAuto;
+  // What the declaring worker timed (cost_model.h, Note [measured costs]).
+  // Not part of the layer's identity: workers' timings differ, operator==
+  // ignores them, and the coordinator plans with the first worker's.
+  MeasuredCosts measured;
 
   bool operator==(const LayerSpec& o) const;
   std::string debug_string() const;  // "fc6 (layer 5, FC 4096x25088, K=32, 102764544 floats)"
@@ -107,6 +111,9 @@ struct Plan {
   uint32_t powersgd_rank = kDefaultPowerSGDRank;  // as asked; layers use min(r, m, n)
   Rates rates;
   std::vector<LayerPlan> layers;  // declaration order
+  // The iteration's backward + synchronisation under these schemes, as
+  // schedule.h simulates it; 0 when the link rate is unknown.
+  double schedule_s = 0;
 
   // The chunk size of SFB factors, and the upper bound of PS chunks.
   size_t chunk_floats() const { return chunk_bytes / 4; }
@@ -126,10 +133,12 @@ uint32_t count_chunks(uint64_t num_floats, size_t chunk_floats);
 
 // Chooses each layer's scheme — its LayerSpec::force, else `cluster_force`
 // (Config::scheme), else the cost model's pick among the schemes
-// `compression` allows (choose_scheme; with kNone and no rates, BestScheme)
-// — and lays out parts and chunks. Throws ConfigError on duplicate layer ids,
-// sizes that overflow, powersgd_rank < 1, a negative or non-finite rate, or a
-// forced scheme the layer cannot serve (naming the layer and the setting).
+// `compression` allows (choose_scheme; with kNone and no rates, BestScheme;
+// with the link rate known, refined on the iteration's schedule: Note
+// [schedule] in schedule.h) — and lays out parts and chunks. Throws
+// ConfigError on duplicate layer ids, sizes that overflow, powersgd_rank <
+// 1, a negative or non-finite rate or measured cost, or a forced scheme the
+// layer cannot serve (naming the layer and the setting).
 // Non-blocking, thread-safe.
 Plan make_plan(const std::vector<LayerSpec>& specs, int num_workers, int num_servers,
                size_t chunk_bytes, SchemeChoice cluster_force,

@@ -13,6 +13,7 @@ poseidon.torch.DistributedDataParallel makes for that model (docs/pytorch.md).""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 HELP = "print each layer's bytes per iteration under every scheme, the chosen one, and why"
@@ -131,6 +132,7 @@ def _plan_torch(args: argparse.Namespace, servers: int, forced: dict[str, str]) 
     from poseidon.commands._common import fail
     from poseidon.plan import plan_layout
     from poseidon.torch.plan import broadcast_spec, format_torch_plan, model_and_inputs
+    from poseidon.torch.timing import measure_unit_backward
     from poseidon.torch.units import (
         RowsUnknownError,
         measure_linear_rows,
@@ -142,11 +144,35 @@ def _plan_torch(args: argparse.Namespace, servers: int, forced: dict[str, str]) 
         model, inputs = model_and_inputs(args.torch, args.torch_input, args.batch)
         units = sync_units(model)
         rows = measure_linear_rows(model, units, inputs, {})
+        allowance = _allowance(args)
+        measure = None
+        if allowance["rates"].link_bytes_per_s > 0 and args.sync == "poseidon":
+            backward_s = measure_unit_backward(model, units, inputs, {})
+            measure = _measure_here(args, allowance, backward_s)
         plan = plan_layout(unit_layout(units, rows), args.workers, servers, args.iter_size or 1,
                            args.sync, args.scheme, forced, what="layer_schemes",
-                           extra_specs=[broadcast_spec(model, units)],
-                           **_allowance(args))  # fmt: skip
+                           extra_specs=[broadcast_spec(model, units)], measure=measure,
+                           **allowance)  # fmt: skip
     except (ValueError, ImportError, OSError, RowsUnknownError) as e:
         return fail("plan", e)
     print(format_torch_plan(plan))
     return 0
+
+
+def _measure_here(args: argparse.Namespace, allowance: dict[str, Any],
+                  backward_s: dict[int, float]) -> Callable[[list[Any]], None]:  # fmt: skip
+    """What a job's workers do before declaring their layers when the plan is ranked by time
+    (poseidon/sync/measure.py), done by this one process on its CPU: the printed plan is the
+    job's when the job's workers see this machine's speed."""
+    import torch
+
+    from poseidon.config import compression_of
+    from poseidon.sync.measure import measure_scheme_costs
+
+    compression = compression_of(allowance["compression"])
+
+    def measure(specs: list[Any]) -> None:
+        measure_scheme_costs(specs, args.workers, compression, allowance["powersgd_rank"],
+                             torch.device("cpu"), backward_s)  # fmt: skip
+
+    return measure

@@ -21,6 +21,7 @@ from poseidon.config import compression_of
 from poseidon.sync.factors import FactorLog
 from poseidon.sync.job import Session
 from poseidon.sync.layout import SyncLayer
+from poseidon.sync.measure import measure_scheme_costs
 from poseidon.sync.powersgd import seed_draws
 from poseidon.sync.powersgd_round import PowerSGDExchange
 from poseidon.sync.round import LayerRound, Rebuild
@@ -63,6 +64,20 @@ class SyncClient:
         return self.timeline.now_us() if self.timeline is not None else time.perf_counter() * 1e6
 
     # ----- the plan -------------------------------------------------------------------------
+    def ranks_by_time(self) -> bool:
+        """Whether the coordinator ranks this job's schemes by time (the link's rate is
+        known, POSEIDON_LINK_RATE) in sync mode poseidon: then the specs carry measured costs."""
+        config = self.session.config
+        return config.sync == "poseidon" and config.link_rate > 0
+
+    def measure_costs(self, specs: Sequence[Any], backward_s: dict[int, float]) -> None:
+        """Time each candidate scheme's compute at the specs' shapes on this device, and put
+        the times and the front end's `backward_s` (layer id -> seconds) in the specs
+        (measure.py)."""
+        kind, rank = self.session.config.allowance()
+        measure_scheme_costs(specs, self.num_workers, compression_of(kind), rank, self.device,
+                             backward_s)  # fmt: skip
+
     def agree_on_plan(self, specs: Sequence[Any]) -> dict[int, str]:
         """Declare this worker's LayerSpecs (poseidon.plan.layer_specs) to the coordinator
         and wait for the plan every worker runs; returns each layer id's scheme, "PS", "SFB",

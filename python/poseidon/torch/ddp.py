@@ -23,6 +23,10 @@ once through a copy of the model (on the meta device when it can: Note [measurin
 units.py), the workers agree on the plan, rank 0's parameters and buffers are broadcast, and
 only then does the real forward run. Models with no Linear that could take SFB (or sync modes
 other than "poseidon", or a given sfb_rows) plan and broadcast in the constructor, as DDP does.
+When the plan is ranked by time (POSEIDON_LINK_RATE known), each worker first times every
+candidate scheme's compute at the layers' shapes (poseidon/sync/measure.py) and, when the
+plan waits for the first input, each unit's share of a backward pass on a copy of the model
+(timing.py): the coordinator's schedule weighs what hides behind what.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from poseidon.torch.plan import (
     state_tensors,
     torch_layer_specs,
 )
+from poseidon.torch.timing import measure_unit_backward
 from poseidon.torch.unit_sync import UnitSync
 from poseidon.torch.units import SyncUnit, measure_linear_rows, sync_units, unit_layout
 
@@ -169,8 +174,12 @@ class DistributedDataParallel(nn.Module):
         return torch_layer_specs(self.module, self.units, rows, self.accumulation_steps,
                                  c.sync, c.scheme, c.layer_schemes)  # fmt: skip
 
-    def _make_plan(self, rows: dict[int, int]) -> None:
-        schemes = self.client.agree_on_plan(self.layer_specs(rows))
+    def _make_plan(self, rows: dict[int, int], inputs: tuple[tuple, dict] | None = None) -> None:
+        specs = self.layer_specs(rows)
+        if self.client.ranks_by_time():  # Note [the plan]: timed on a copy, first input
+            backward = measure_unit_backward(self.module, self.units, *inputs) if inputs else {}
+            self.client.measure_costs(specs, backward)
+        schemes = self.client.agree_on_plan(specs)
         self.plan = self.client.plan
         for unit, layer in zip(self.units, unit_layout(self.units, rows)):
             capacity = rows.get(unit.index, 1) * self.accumulation_steps
@@ -311,7 +320,8 @@ class DistributedDataParallel(nn.Module):
             raise RuntimeError("poseidon.torch.DistributedDataParallel: used after close()")
         self.synchronize()  # wait="step" and no optimizer step in between
         if not self._planned:
-            self._make_plan(measure_linear_rows(self.module, self.units, args, kwargs))
+            rows = measure_linear_rows(self.module, self.units, args, kwargs)
+            self._make_plan(rows, (args, kwargs))
         if self.broadcast_buffers and self.module.training:
             buffers = list(self.module.buffers())
             if buffers:

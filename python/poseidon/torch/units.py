@@ -134,9 +134,9 @@ def measure_linear_rows(model: nn.Module, units: list[SyncUnit], args: tuple,
     failures = []
     for device in ("meta", None):
         try:
-            with _rng_kept(), torch.no_grad():
-                copied = _copy_model(model, device)
-                copied_args, copied_kwargs = _copy_inputs((args, kwargs), device)
+            with rng_kept(), torch.no_grad():
+                copied = copy_model(model, device)
+                copied_args, copied_kwargs = copy_inputs((args, kwargs), device)
                 rows: dict[int, int] = {}
                 for name, module in copied.named_modules(remove_duplicate=False):
                     if name in by_name:
@@ -159,7 +159,7 @@ def _row_counter(rows: dict[int, int], index: int):  # type: ignore[no-untyped-d
     return count
 
 
-def _copy_model(model: nn.Module, device: str | None) -> nn.Module:
+def copy_model(model: nn.Module, device: str | None) -> nn.Module:
     """A deep copy of `model`; with device="meta" its tensors are meta tensors of the same
     shapes (made straight from the model's, so its memory is never copied)."""
     if device is None:
@@ -173,7 +173,7 @@ def _copy_model(model: nn.Module, device: str | None) -> nn.Module:
     return copy.deepcopy(model, memo)
 
 
-def _copy_inputs(inputs: Any, device: str | None) -> Any:
+def copy_inputs(inputs: Any, device: str | None) -> Any:
     def copy_tensor(x: Any) -> Any:
         if not isinstance(x, torch.Tensor):
             return x
@@ -183,7 +183,7 @@ def _copy_inputs(inputs: Any, device: str | None) -> Any:
 
 
 @contextmanager
-def _rng_kept() -> Iterator[None]:
+def rng_kept() -> Iterator[None]:
     cpu = torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     try:

@@ -32,7 +32,8 @@ namespace poseidon {
 
 inline constexpr uint32_t kFrameMagic = 0x4E445350;  // bytes "PSDN" on the wire
 // 2: PUSH16 / PULL_REPLY16, and the plan carries parts, PowerSGD ranks and rates.
-inline constexpr uint16_t kProtocolVersion = 2;
+// 3: a layer spec carries the declaring worker's measured costs.
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kFrameHeaderBytes = 48;
 // Limit for frames a connection may send before it has been authenticated.
 inline constexpr size_t kMaxHelloBytes = 1024;
