@@ -97,12 +97,13 @@ uint64_t powersgd_effective_rank(uint64_t rank, uint64_t m, uint64_t n) {
 }
 
 bool MeasuredCosts::any() const {
-  return backward_s > 0 || sfb_rebuild_s > 0 || bf16_encode_s > 0 || bf16_finish_s > 0 ||
-         powersgd_encode_s > 0 || powersgd_between_s > 0 || powersgd_finish_s > 0;
+  return backward_s > 0 || sfb_rebuild_s > 0 || dw_s > 0 || bf16_encode_s > 0 ||
+         bf16_finish_s > 0 || powersgd_encode_s > 0 || powersgd_between_s > 0 ||
+         powersgd_finish_s > 0;
 }
 
 bool MeasuredCosts::operator==(const MeasuredCosts& o) const {
-  return backward_s == o.backward_s && sfb_rebuild_s == o.sfb_rebuild_s &&
+  return backward_s == o.backward_s && sfb_rebuild_s == o.sfb_rebuild_s && dw_s == o.dw_s &&
          bf16_encode_s == o.bf16_encode_s && bf16_finish_s == o.bf16_finish_s &&
          powersgd_encode_s == o.powersgd_encode_s && powersgd_between_s == o.powersgd_between_s &&
          powersgd_finish_s == o.powersgd_finish_s;
@@ -136,11 +137,14 @@ SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64
       e.encode_s = phase(measured.bf16_encode_s, stream(6.0 * mn));
       e.finish_s = phase(measured.bf16_finish_s, stream(6.0 * mn));
       break;
-    case Scheme::kSFB:
+    case Scheme::kSFB: {
       e.wire_bytes = c.sfb_bytes();
-      e.flops = 2.0 * mn * static_cast<double>(k) * (static_cast<double>(p1) - 1.0);
-      e.finish_s = phase(measured.sfb_rebuild_s, gemm(e.flops));
+      const double own = 2.0 * mn * static_cast<double>(k);  // the dW product SFB skips
+      e.flops = own * (static_cast<double>(p1) - 1.0);
+      e.encode_s = -phase(measured.dw_s, gemm(own));
+      e.finish_s = phase(measured.sfb_rebuild_s, gemm(own * static_cast<double>(p1)));
       break;
+    }
     case Scheme::kPowerSGD: {
       e.rank = powersgd_effective_rank(rank, m, n);
       const double r = static_cast<double>(e.rank);

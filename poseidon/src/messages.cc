@@ -10,13 +10,14 @@ namespace poseidon {
 namespace {
 
 // Smallest encoding of one LayerSpec: id, name length, kind, force, m, n, k,
-// num_floats, then its seven measured costs.
-constexpr size_t kMinLayerSpecBytes = 4 + 4 + 1 + 1 + 8 * 4 + 8 * 7;
+// num_floats, then its eight measured costs.
+constexpr size_t kMinLayerSpecBytes = 4 + 4 + 1 + 1 + 8 * 4 + 8 * 8;
 
 // The measured costs in a fixed order (Note [measured costs]).
 std::vector<double*> measured_fields(MeasuredCosts& c) {
-  return {&c.backward_s,        &c.sfb_rebuild_s,      &c.bf16_encode_s,    &c.bf16_finish_s,
-          &c.powersgd_encode_s, &c.powersgd_between_s, &c.powersgd_finish_s};
+  return {&c.backward_s,         &c.sfb_rebuild_s,    &c.dw_s,
+          &c.bf16_encode_s,      &c.bf16_finish_s,    &c.powersgd_encode_s,
+          &c.powersgd_between_s, &c.powersgd_finish_s};
 }
 
 void put_spec(ByteWriter& w, const LayerSpec& s) {

@@ -133,7 +133,7 @@ void check_settings(int powersgd_rank, const Rates& rates, Compression compressi
 // a bug in the measuring, named with the layer.
 void check_measured(const LayerSpec& s) {
   const MeasuredCosts& c = s.measured;
-  for (const double v : {c.backward_s, c.sfb_rebuild_s, c.bf16_encode_s, c.bf16_finish_s,
+  for (const double v : {c.backward_s, c.sfb_rebuild_s, c.dw_s, c.bf16_encode_s, c.bf16_finish_s,
                          c.powersgd_encode_s, c.powersgd_between_s, c.powersgd_finish_s}) {
     if (!std::isfinite(v) || v < 0) {
       throw ConfigError("layer " + s.debug_string() + ": measured cost " + std::to_string(v) +

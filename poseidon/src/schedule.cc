@@ -56,7 +56,9 @@ double schedule_seconds(const std::vector<LayerSpec>& specs,
   pending.reserve(count);
   double compute = 0;  // the training thread
   for (size_t j = count; j-- > 0;) {
-    compute += specs[j].measured.backward_s + chosen[j].encode_s;
+    // SFB's encode_s is negative (the dW it skips); a layer's backward never ends before
+    // it starts, even where the timings disagree.
+    compute += std::max(0.0, specs[j].measured.backward_s + chosen[j].encode_s);
     const bool two_parts = chosen[j].scheme == Scheme::kPowerSGD;
     const double share = two_parts ? part_share(specs[j], 0) : 1.0;
     pending.push_back({compute, j, 0, chosen[j].wire_s * share});

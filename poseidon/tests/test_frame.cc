@@ -246,7 +246,8 @@ Plan every_scheme_plan() {
 // layer is named `name` (Note [plan message]).
 size_t first_scheme_byte(const std::string& name) {
   const size_t head = 4 + 4 + 8 + 4 + 1 + 3 * 8 + 4;
-  return head + 4 + 4 + name.size() + 1 + 1 + 4 * 8;
+  // id, name, kind, force, m, n, k, num_floats, eight measured costs.
+  return head + 4 + 4 + name.size() + 1 + 1 + 4 * 8 + 8 * 8;
 }
 
 }  // namespace
@@ -319,10 +320,15 @@ TEST(plan_rejections) {
   b = good;
   b[scheme_at + 5] = 0;
   CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "the layout gives rank 7 and 701");
-  // An unknown per-layer force in a spec.
+  // An unknown per-layer force in a spec (before m, n, k, num_floats and the
+  // eight measured costs).
   b = good;
-  b[scheme_at - 33] = 5;
+  b[scheme_at - 1 - 4 * 8 - 8 * 8] = 5;
   CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "unknown scheme choice 5");
+  // A negative measured cost (the sign bit of the last one, the spec's last byte).
+  b = good;
+  b[scheme_at - 1] = 0xC0;
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "conv1: measured cost");
   // A truncated plan.
   b = good;
   b.pop_back();

@@ -260,6 +260,7 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<>())
       .def_readwrite("backward_s", &MeasuredCosts::backward_s)
       .def_readwrite("sfb_rebuild_s", &MeasuredCosts::sfb_rebuild_s)
+      .def_readwrite("dw_s", &MeasuredCosts::dw_s)
       .def_readwrite("bf16_encode_s", &MeasuredCosts::bf16_encode_s)
       .def_readwrite("bf16_finish_s", &MeasuredCosts::bf16_finish_s)
       .def_readwrite("powersgd_encode_s", &MeasuredCosts::powersgd_encode_s)

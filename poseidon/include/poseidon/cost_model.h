@@ -67,10 +67,13 @@ int64_t sfb_crossover_workers(uint64_t m, uint64_t n, uint64_t k, int64_t max_p 
 // Each estimate also says where its compute falls (Note [schedule]):
 //   scheme    encode_s (before the send)   between_s (PowerSGD)    finish_s
 //   BF16      half the memory term         -                       the other half
-//   SFB       -                            -                       the rebuild
+//   SFB       minus the own dW product     -                       the rebuild
 //   PowerSGD  2·M·N·r flops + 4·M·N bytes  2·M·N·r + 4·M·r² flops  2·M·N·r + 8·M·N bytes
-// and a worker's measurement of a phase on its device (MeasuredCosts),
-// when there is one, replaces the formula's. The per-layer pick
+// SFB's rebuild makes the weight gradient from all P1 workers' factors
+// (2·M·N·K·P1 flops), and the layer's backward skips its own dW product
+// (2·M·N·K flops): the net is the table's 2·M·N·K·(P1−1). A worker's
+// measurement of a phase on its device (MeasuredCosts), when there is one,
+// replaces the formula's. The per-layer pick
 // (choose_scheme) ranks the applicable and allowed schemes by seconds,
 // or by wire_bytes alone when the link rate is unknown; ties go to the first
 // of SFB, PS, BF16, PowerSGD — so with no rates and Compression::kNone the
@@ -83,7 +86,8 @@ int64_t sfb_crossover_workers(uint64_t m, uint64_t n, uint64_t k, int64_t max_p 
 // backward pass, what the layers' transfers can hide behind.
 struct MeasuredCosts {
   double backward_s = 0;
-  double sfb_rebuild_s = 0;       // finish: the other workers' updates from their factors
+  double sfb_rebuild_s = 0;       // finish: dW from all workers' factors (K·P1 rows)
+  double dw_s = 0;                // the layer's own dW product (K rows), which SFB skips
   double bf16_encode_s = 0;       // fp32 -> bf16 before the push
   double bf16_finish_s = 0;       // bf16 -> fp32 after the pull
   double powersgd_encode_s = 0;   // error feedback, P = M·Q

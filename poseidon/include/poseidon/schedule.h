@@ -7,7 +7,8 @@
 // by a simulation of one iteration's backward and synchronisation:
 //   - backward runs the layers from the last declared to the first: the
 //     training thread spends each layer's MeasuredCosts::backward_s (0 when
-//     not measured), then its scheme's encode_s, and its first transfer is
+//     not measured) plus its scheme's encode_s (SFB's is negative: the dW
+//     product it skips; the sum is at least 0), and its first transfer is
 //     ready;
 //   - the link carries one transfer at a time, in the order they become
 //     ready (ties: lower layer first), each for its share of wire_s

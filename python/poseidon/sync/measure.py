@@ -6,7 +6,8 @@ K·(P1−1) rows) and PowerSGD's thin products (M·N by r columns) run at rates 
 (docs/communication.md §5.3). So before the plan is made, a worker whose job ranks schemes
 by time (the link's rate is known) runs each candidate scheme's compute once on its device
 with the layer's sizes — the very functions the rounds call (PowerSGDLayer's encode_p,
-encode_q and decode; the rebuild's addmm_; the bf16 conversions) — and declares the median
+encode_q and decode; the rebuild's addmm_ from K·P1 rows, and from K rows the layer's own dW
+product, which an SFB layer skips; the bf16 conversions) — and declares the median
 times with its LayerSpecs. All workers measure at once, so on a shared machine the times
 include the sharing, as training will.
 
@@ -55,8 +56,10 @@ def _timed_rows(m: int, n: int) -> tuple[int, float]:
     return rows, m / rows
 
 
-def time_sfb_rebuild(m: int, n: int, rows: int, device: torch.device) -> float:
-    """Seconds of the rebuild (unit_sync.py `_rebuild`): grad += dyᵀ·x, dy rows×m, x rows×n."""
+def time_weight_product(m: int, n: int, rows: int, device: torch.device) -> float:
+    """Seconds of grad += dyᵀ·x with dy rows×m and x rows×n: SFB's rebuild (unit_sync.py
+    `_rebuild`) from all workers' K·P1 rows, or the layer's own dW from its K rows, which the
+    SFB layer skips."""
     timed, scale = _timed_rows(m, n)
     grad = torch.zeros(timed, n, device=device)
     dy = torch.randn(rows, timed, device=device)
@@ -135,8 +138,8 @@ def _time_candidates(spec: Any, measured: Any, workers: int, compression: Any, r
                                    compression, rank)  # fmt: skip
 
     if workers > 1 and candidate(_C.Scheme.SFB):
-        rows = spec.k * (workers - 1)
-        measured.sfb_rebuild_s = time_sfb_rebuild(spec.m, spec.n, rows, device)
+        measured.sfb_rebuild_s = time_weight_product(spec.m, spec.n, spec.k * workers, device)
+        measured.dw_s = time_weight_product(spec.m, spec.n, spec.k, device)
     if candidate(_C.Scheme.BF16):
         measured.bf16_encode_s, measured.bf16_finish_s = time_bf16(spec.num_floats, device)
     if candidate(_C.Scheme.POWERSGD):

@@ -14,6 +14,7 @@ overlap, as the per-layer model does).
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -29,15 +30,14 @@ def measure_unit_backward(model: nn.Module, units: list[SyncUnit], args: tuple,
     try:
         with rng_kept():
             copied = copy_model(model, None)
-            modules = dict(copied.named_modules(remove_duplicate=False))
-            copied_params = {
-                u.index: [getattr(modules["" if u.name == "(root)" else u.name], n)
-                          for n in u.param_names]
-                for u in units
-            }  # fmt: skip
+            named = dict(copied.named_parameters(remove_duplicate=False))
+            copied_params = {u.index: [named[n] for n in u.param_names] for u in units}
             _timed_backward(copied, copied_params, args, kwargs)  # warm-up: allocations
             return _timed_backward(copied, copied_params, args, kwargs)
-    except Exception:  # a forward that needs the real model: no times, no overlap modelled
+    except Exception as e:  # a forward only the real model runs: the plan sees no overlap
+        warnings.warn(f"poseidon: cannot time the backward pass on a copy of the model "
+                      f"({type(e).__name__}: {e}); the plan is made as if no transfer "
+                      "overlapped it", stacklevel=2)  # fmt: skip
         return {}
 
 
