@@ -121,6 +121,12 @@ class PoseidonSync:
             specs = layer_specs(layout, self.iter_size, self.mode, force_scheme, layer_schemes,
                                 what="POSEIDON_LAYER_SCHEMES")  # fmt: skip
             extra = broadcast_unit_specs(self.net, layout, self.mode, compression, layer_schemes)
+            if self.client.ranks_by_time():
+                # Each scheme's compute at the layers' shapes on this device
+                # (poseidon/sync/measure.py). The layers' backward times are not
+                # declared: the net cannot run a pass before training without
+                # consuming a batch, so the schedule sees no overlap for Caffe jobs.
+                self.client.measure_costs(specs, {})
             self.schemes = self.client.agree_on_plan([*specs, *extra])
         except ValueError as e:
             raise CaffeError(f"net {self.net.name!r}: {e}") from None

@@ -116,7 +116,7 @@ def _planned_layers(
     compression: Compression = Compression(),
 ) -> list[_SyncedLayer]:
     from poseidon import _C
-    from poseidon.experiments.profile_layout import gemm_rate, profile_plan
+    from poseidon.experiments.profile_layout import gemm_rate, profile_costs, profile_plan
 
     rates = None
     if compression.kind != "none" and link is not None:
@@ -153,11 +153,10 @@ def _planned_layers(
             out.append(_SyncedLayer(lp.layer_id, "BF16", sync.late, [b / 2 for b in parts[0]],
                                     0.0, 0.0, 0.0))  # fmt: skip
         elif lp.scheme == _C.Scheme.POWERSGD:
-            rate = gemm_rate(profile, lp.rank) or math.inf
-            product = 2.0 * sync.m * sync.n * lp.rank  # one m×n by n×r (or r×n) GEMM
+            costs = profile_costs(profile, lp.spec, nodes, lp.rank)  # what the plan charged
             out.append(_SyncedLayer(lp.layer_id, "PowerSGD", sync.late, parts[0], 0.0,
-                                    product / rate, 0.0, parts[1], product / rate,
-                                    (product + 4.0 * sync.m * lp.rank**2) / rate))  # fmt: skip
+                                    costs.powersgd_finish_s, 0.0, parts[1],
+                                    costs.powersgd_encode_s, costs.powersgd_between_s))  # fmt: skip
         else:
             out.append(_SyncedLayer(lp.layer_id, "PS", sync.late, parts[0], 0.0, 0.0, 0.0))
     return out

@@ -116,3 +116,16 @@ def test_a_powersgd_job_resumed_from_its_snapshot_ends_as_if_never_stopped(tmp_p
     assert "PowerSGD error feedback starts from zero" in output
     lost = weights(str(tmp_path / "resumed_iter_12.caffemodel"))
     assert any(not np.array_equal(lost[name], want[name]) for name in want)
+
+
+def test_a_job_that_knows_its_link_plans_on_the_measured_schedule(tmp_path):
+    """POSEIDON_LINK_RATE: the workers time each scheme's compute at the layers' shapes, the
+    coordinator ranks plans on the simulated iteration (docs/communication.md §5), the log
+    prints it, and the job trains as any other."""
+    env = {"POSEIDON_COMPRESSION": "auto", "POSEIDON_LINK_RATE": "100mbit",
+           "PERTURB_OTHER_RANKS": "1", "GLOG_minloglevel": "0"}  # fmt: skip
+    ranks, output = run_job(str(tmp_path), 2, 2, iters=ITERS, env=env)
+    assert "link 100 Mbit/s" in output
+    assert "ms of backward + synchronisation as scheduled" in output
+    assert "iteration" in output and "shorter than with" in output
+    assert_identical(ranks)
