@@ -196,8 +196,10 @@ SETTINGS: tuple[Setting, ...] = (
         "POSEIDON_LINK_RATE",
         "bit/s",
         "0 (unknown)",
-        "coordinator: the link's goodput for the time-based cost model, e.g. 100mbit, 10gbit; "
-        "unknown: schemes are ranked by bytes alone",
+        "the link's goodput, e.g. 100mbit, 10gbit: the coordinator ranks plans by their "
+        "simulated iteration, and the workers time each scheme's compute (and poseidon.torch "
+        "each module's backward) before declaring their layers; unknown: schemes are ranked "
+        "by bytes alone",
     ),
     Setting(
         "gemm_rate",
@@ -205,7 +207,8 @@ SETTINGS: tuple[Setting, ...] = (
         "flop/s",
         "0 (unknown)",
         "coordinator: the device's GEMM rate, for the compute a scheme adds (SFB's rebuild, "
-        "PowerSGD's products); `poseidon profile --rates` measures it",
+        "PowerSGD's products) where a worker measured none; `poseidon profile --rates` "
+        "measures it",
     ),
     Setting(
         "memory_rate",
@@ -213,7 +216,7 @@ SETTINGS: tuple[Setting, ...] = (
         "bytes/s",
         "0 (unknown)",
         "coordinator: the device's memory bandwidth, for 16-bit conversion and PowerSGD's error "
-        "feedback; `poseidon profile --rates` measures it",
+        "feedback where a worker measured none; `poseidon profile --rates` measures it",
     ),
     Setting("verbose", "POSEIDON_VERBOSE", "", "0", "1: log connections and the plan on stderr"),
     Setting(

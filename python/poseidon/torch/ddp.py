@@ -22,7 +22,8 @@ sequence — which the first forward reveals. So the plan is made there: the fir
 once through a copy of the model (on the meta device when it can: Note [measuring K] in
 units.py), the workers agree on the plan, rank 0's parameters and buffers are broadcast, and
 only then does the real forward run. Models with no Linear that could take SFB (or sync modes
-other than "poseidon", or a given sfb_rows) plan and broadcast in the constructor, as DDP does.
+other than "poseidon", or a given sfb_rows) plan and broadcast in the constructor, as DDP does
+— unless the plan is ranked by time.
 When the plan is ranked by time (POSEIDON_LINK_RATE known), each worker first times every
 candidate scheme's compute at the layers' shapes (poseidon/sync/measure.py) and, when the
 plan waits for the first input, each unit's share of a backward pass on a copy of the model
@@ -160,12 +161,10 @@ class DistributedDataParallel(nn.Module):
         self.num_workers = self.client.num_workers
         self.rank = self.client.rank
         _live.add(self)
-        if (
-            sfb_rows is not None
-            or config.sync != "poseidon"
-            or not any(u.sfb_capable for u in self.units)
-        ):
-            self._make_plan({u.index: sfb_rows or 1 for u in self.units})
+        rows_known = sfb_rows is not None or not any(u.sfb_capable for u in self.units)
+        # A plan ranked by time waits for the first input even so: it times the backward.
+        if config.sync != "poseidon" or (rows_known and not self.client.ranks_by_time()):
+            self._make_plan(self._given_rows())
 
     # ----- the plan (Note [the plan]) -----------------------------------------------------
     def layer_specs(self, rows: dict[int, int]) -> list[Any]:
@@ -173,6 +172,11 @@ class DistributedDataParallel(nn.Module):
         c = self.config
         return torch_layer_specs(self.module, self.units, rows, self.accumulation_steps,
                                  c.sync, c.scheme, c.layer_schemes)  # fmt: skip
+
+    def _given_rows(self) -> dict[int, int]:
+        """Every unit's K when the first input is not needed to know it: sfb_rows, or 1 for a
+        model with no Linear that could take SFB (its K is never used)."""
+        return {u.index: self.sfb_rows or 1 for u in self.units}
 
     def _make_plan(self, rows: dict[int, int], inputs: tuple[tuple, dict] | None = None) -> None:
         specs = self.layer_specs(rows)
@@ -320,7 +324,8 @@ class DistributedDataParallel(nn.Module):
             raise RuntimeError("poseidon.torch.DistributedDataParallel: used after close()")
         self.synchronize()  # wait="step" and no optimizer step in between
         if not self._planned:
-            rows = measure_linear_rows(self.module, self.units, args, kwargs)
+            rows = (self._given_rows() if self.sfb_rows is not None
+                    else measure_linear_rows(self.module, self.units, args, kwargs))  # fmt: skip
             self._make_plan(rows, (args, kwargs))
         if self.broadcast_buffers and self.module.training:
             buffers = list(self.module.buffers())
