@@ -134,6 +134,21 @@ class LocalCluster {
   std::vector<std::string> server_errors_;
 };
 
+// An FC layer spec "fc<id>": an m×n weight, k rows per worker, `rest` floats
+// past the weight (a bias); the cost model chooses its scheme.
+inline poseidon::LayerSpec fc_layer(uint32_t id, uint64_t m, uint64_t n, uint64_t k,
+                                    uint64_t rest = 0) {
+  poseidon::LayerSpec s;
+  s.layer_id = id;
+  s.name = "fc" + std::to_string(id);
+  s.kind = poseidon::LayerKind::kFullyConnected;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.num_floats = m * n + rest;
+  return s;
+}
+
 // A PS-only layer spec of n floats.
 inline poseidon::LayerSpec ps_layer(uint32_t id, uint64_t n) {
   poseidon::LayerSpec s;

@@ -38,14 +38,7 @@ LayerSpec bf16_layer(uint32_t id, uint64_t n) {
 }
 
 LayerSpec powersgd_layer(uint32_t id, uint64_t m, uint64_t n, uint64_t rest) {
-  LayerSpec s;
-  s.layer_id = id;
-  s.name = "fc" + std::to_string(id);
-  s.kind = LayerKind::kFullyConnected;
-  s.m = m;
-  s.n = n;
-  s.k = 8;
-  s.num_floats = m * n + rest;
+  LayerSpec s = ptest::fc_layer(id, m, n, 8, rest);
   s.force = SchemeChoice::kPowerSGD;
   return s;
 }

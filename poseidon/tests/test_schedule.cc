@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "check.h"
+#include "cluster.h"
 #include "poseidon/cost_model.h"
 #include "poseidon/errors.h"
 #include "poseidon/internal/messages.h"
@@ -18,14 +19,7 @@ namespace {
 bool near(double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(b)); }
 
 LayerSpec fc(uint32_t id, uint64_t m, uint64_t n, double backward_s) {
-  LayerSpec s;
-  s.layer_id = id;
-  s.name = "fc" + std::to_string(id);
-  s.kind = LayerKind::kFullyConnected;
-  s.m = m;
-  s.n = n;
-  s.k = 32;
-  s.num_floats = m * n;
+  LayerSpec s = ptest::fc_layer(id, m, n, 32);
   s.measured.backward_s = backward_s;
   return s;
 }

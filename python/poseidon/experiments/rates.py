@@ -12,11 +12,12 @@ CUDA the device is synchronised around each.
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from poseidon.sync.measure import median_seconds
 
 COPY_BYTES = 64 << 20
 
@@ -31,22 +32,6 @@ class DeviceRates:
         """The lines to put in a job's environment."""
         return [f"POSEIDON_GEMM_RATE={self.gemm_flops_per_s:.4g}",
                 f"POSEIDON_MEMORY_RATE={self.memory_bytes_per_s:.4g}"]  # fmt: skip
-
-
-def _seconds(work: Callable[[], object], device: torch.device, repeats: int) -> float:
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    work()  # untimed: allocations, kernel selection
-    times = []
-    for _ in range(repeats):
-        sync()
-        started = time.perf_counter()
-        work()
-        sync()
-        times.append(time.perf_counter() - started)
-    return max(statistics.median(times), 1e-9)
 
 
 def measure_rates(device: str = "cpu", rank: int = 4, sizes: Sequence[int] = (1024, 2048, 4096),
@@ -69,8 +54,8 @@ def measure_rates(device: str = "cpu", rank: int = 4, sizes: Sequence[int] = (10
             torch.mm(p.t(), m)
             torch.mm(p, q.t())
 
-        gemm.append(3 * 2.0 * s * s * rank / _seconds(step, where, repeats))
+        gemm.append(3 * 2.0 * s * s * rank / median_seconds(step, where, repeats))
     source = torch.empty(COPY_BYTES // 4, device=where)
     target = torch.empty_like(source)
-    copy_s = _seconds(lambda: target.copy_(source), where, repeats)
+    copy_s = median_seconds(lambda: target.copy_(source), where, repeats)
     return DeviceRates(str(where), statistics.median(gemm), 2.0 * COPY_BYTES / copy_s)

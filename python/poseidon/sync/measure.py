@@ -34,20 +34,24 @@ REPEATS = 3  # timed runs per phase, after one untimed (allocations, kernel choi
 MAX_TIMED_FLOATS = 1 << 24
 
 
-def _median_seconds(work: Callable[[], object], device: torch.device) -> float:
+def median_seconds(work: Callable[[], object], device: torch.device,
+                   repeats: int = REPEATS) -> float:  # fmt: skip
+    """The median time of `repeats` runs of `work` after one untimed run (allocations,
+    kernel choice); on CUDA the device is synchronised around each."""
+
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
     work()
     times = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         sync()
         started = time.perf_counter()
         work()
         sync()
         times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return max(statistics.median(times), 1e-9)
 
 
 def _timed_rows(m: int, n: int) -> tuple[int, float]:
@@ -64,7 +68,7 @@ def time_weight_product(m: int, n: int, rows: int, device: torch.device) -> floa
     grad = torch.zeros(timed, n, device=device)
     dy = torch.randn(rows, timed, device=device)
     x = torch.randn(rows, n, device=device)
-    return scale * _median_seconds(lambda: grad.addmm_(dy.t(), x), device)
+    return scale * median_seconds(lambda: grad.addmm_(dy.t(), x), device)
 
 
 def time_bf16(floats: int, device: torch.device) -> tuple[float, float]:
@@ -74,8 +78,8 @@ def time_bf16(floats: int, device: torch.device) -> tuple[float, float]:
     wide = torch.randn(timed, device=device)
     narrow = wide.to(torch.bfloat16)
     back = torch.empty(timed, device=device)
-    encode = _median_seconds(lambda: wide.to(torch.bfloat16), device)
-    finish = _median_seconds(lambda: back.copy_(narrow), device)
+    encode = median_seconds(lambda: wide.to(torch.bfloat16), device)
+    finish = median_seconds(lambda: back.copy_(narrow), device)
     return scale * encode, scale * finish
 
 
