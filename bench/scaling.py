@@ -5,11 +5,14 @@ its own network namespace (needs root and iproute2). One run, side by side.
 
     sudo .venv/bin/python bench/scaling.py [--workers 1,2,4] [--rate-mbit 100]
                                            [--batch 16] [--warmup 2] [--iters 5]
+                                           [--compression auto:4,bf16]
 
 P1 workers and P2 = P1 shards, one worker and one shard per emulated host (the paper's
 colocated setting); synthetic data (DummyData); weak scaling (batch per worker fixed).
 The bench checks itself: the three Poseidon modes compute the same weights (checksums
-agree), and prints a table of images/s and a PNG plot (docs/scaling.png).
+agree), and prints a table of images/s and a PNG plot (docs/scaling.png). --compression adds
+Poseidon with each POSEIDON_COMPRESSION given (lossy: its weights differ, unchecked), told
+the capped link's rate (POSEIDON_LINK_RATE) so that it plans by time.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def results(output: str) -> list[tuple[int, float, float | None]]:
     return found
 
 
-def run_poseidon(mode, workers, cluster, solver, args) -> tuple[float, float]:
+def run_poseidon(mode, workers, cluster, solver, args, extra_env=None) -> tuple[float, float]:
     command = [sys.executable, "-m", "poseidon.cli", "launch", "-n", str(workers),
                "-s", str(workers), "--sync", mode, "--timeout-ms", "600000"]  # fmt: skip
     if cluster is not None:
@@ -58,7 +61,7 @@ def run_poseidon(mode, workers, cluster, solver, args) -> tuple[float, float]:
                     "--port", "29650"]  # fmt: skip
     command += ["--", sys.executable, os.path.join(HERE, "scaling_worker.py"), solver,
                 str(args.warmup), str(args.iters)]  # fmt: skip
-    env = {**os.environ, "GLOG_minloglevel": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "GLOG_minloglevel": "1", "OMP_NUM_THREADS": "1", **(extra_env or {})}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
     if done.returncode != 0:
         raise RuntimeError(f"{mode} P={workers} failed:\n{done.stdout[-4000:]}")
@@ -108,6 +111,15 @@ def measure(network: str, args, solver: str) -> dict[tuple[str, int], float]:
             spread = (max(sums.values()) - min(sums.values())) / max(sums.values())
             if spread > 1e-4:
                 raise RuntimeError(f"modes disagree on the weights at P={workers}: {sums}")
+            for compression in args.compression:
+                env = {"POSEIDON_COMPRESSION": compression}
+                if cluster is not None:
+                    env["POSEIDON_LINK_RATE"] = f"{args.rate_mbit:g}mbit"
+                system = lossy_system(compression)
+                rates[(system, workers)], _ = run_poseidon("poseidon", workers, cluster, solver,
+                                                           args, env)  # fmt: skip
+                print(f"  {network:8} P={workers} {system:13} {rates[(system, workers)]:8.3f} "
+                      "it/s", flush=True)  # fmt: skip
             rates[("ddp", workers)] = run_ddp(workers, cluster, args)
             print(f"  {network:8} P={workers} {'ddp (gloo)':13} {rates[('ddp', workers)]:8.3f}"
                   " it/s", flush=True)  # fmt: skip
@@ -117,16 +129,24 @@ def measure(network: str, args, solver: str) -> dict[tuple[str, int], float]:
     return rates
 
 
+def lossy_system(compression: str) -> str:
+    return f"poseidon {compression}"
+
+
+def systems(args) -> list[str]:
+    return [*MODES, *(lossy_system(c) for c in args.compression), "ddp"]
+
+
 def table(network: str, rates, args) -> str:
     lines = [f"{network}: images/s (speed-up over the same system at P=1)",
-             f"{'system':<14}" + "".join(f"{'P=' + str(p):>18}" for p in args.workers)]  # fmt: skip
-    for mode in (*MODES, "ddp"):
+             f"{'system':<20}" + "".join(f"{'P=' + str(p):>18}" for p in args.workers)]  # fmt: skip
+    for mode in systems(args):
         cells = []
         for p in args.workers:
             images = rates[(mode, p)] * p * args.batch
             base = rates[(mode, args.workers[0])] * args.workers[0] * args.batch
             cells.append(f"{images:10.1f} ({images / base:4.2f}x)")
-        lines.append(f"{mode:<14}" + "".join(f"{c:>18}" for c in cells))
+        lines.append(f"{mode:<20}" + "".join(f"{c:>18}" for c in cells))
     return "\n".join(lines)
 
 
@@ -139,7 +159,7 @@ def plot(all_rates, args, path: str) -> None:
     figure, axes = plt.subplots(1, len(all_rates), figsize=(5 * len(all_rates), 4))
     axes = axes if len(all_rates) > 1 else [axes]
     for axis, (network, rates) in zip(axes, all_rates.items()):
-        for mode in (*MODES, "ddp"):
+        for mode in systems(args):
             images = [rates[(mode, p)] * p * args.batch for p in args.workers]
             label = "PyTorch DDP (gloo)" if mode == "ddp" else mode
             axis.plot(args.workers, images, marker="o", label=label)
@@ -161,9 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--networks", default="loopback,capped")
+    parser.add_argument(
+        "--compression", default="", help="POSEIDON_COMPRESSION values to add, e.g. auto:4,bf16"
+    )
     parser.add_argument("--plot", default=os.path.join(HERE, "..", "docs", "scaling.png"))
     args = parser.parse_args(argv)
     args.workers = [int(p) for p in args.workers.split(",")]
+    args.compression = [c for c in args.compression.split(",") if c]
     started = time.time()
     with tempfile.TemporaryDirectory() as directory:
         solver = write_solver(directory, args.batch)
