@@ -23,7 +23,8 @@ layout), every node alike:
   layer's round is two PS rounds one after the other, part 0 ([P | rest]) then part 1 (Q);
   encoding P delays the backward after the layer by its GEMM (the training thread runs it),
   encoding Q runs between the two rounds (a continuation thread) and decoding before the
-  layer's forward, each at the profile's GEMM rate for r rows (profile_layout.gemm_rate).
+  layer's forward: the plan's own estimates of those phases (cost_model.h), made at the
+  profile's GEMM rate for r rows (profile_layout.gemm_rate).
 - WFBP: a layer's sync starts when its backward ends and must be complete (and, for SFB,
   rebuilt) before its forward in the next iteration. ps-nooverlap sends every layer after
   the whole backward and waits for all before updating. allreduce is DDP's: buckets of
@@ -116,7 +117,7 @@ def _planned_layers(
     compression: Compression = Compression(),
 ) -> list[_SyncedLayer]:
     from poseidon import _C
-    from poseidon.experiments.profile_layout import gemm_rate, profile_costs, profile_plan
+    from poseidon.experiments.profile_layout import gemm_rate, profile_plan
 
     rates = None
     if compression.kind != "none" and link is not None:
@@ -153,10 +154,9 @@ def _planned_layers(
             out.append(_SyncedLayer(lp.layer_id, "BF16", sync.late, [b / 2 for b in parts[0]],
                                     0.0, 0.0, 0.0))  # fmt: skip
         elif lp.scheme == _C.Scheme.POWERSGD:
-            costs = profile_costs(profile, lp.spec, nodes, lp.rank)  # what the plan charged
-            out.append(_SyncedLayer(lp.layer_id, "PowerSGD", sync.late, parts[0], 0.0,
-                                    costs.powersgd_finish_s, 0.0, parts[1],
-                                    costs.powersgd_encode_s, costs.powersgd_between_s))  # fmt: skip
+            e = lp.estimate  # the cost model's phases at the profile's GEMM rate
+            out.append(_SyncedLayer(lp.layer_id, "PowerSGD", sync.late, parts[0], 0.0, e.finish_s,
+                                    0.0, parts[1], e.encode_s, e.between_s))  # fmt: skip
         else:
             out.append(_SyncedLayer(lp.layer_id, "PS", sync.late, parts[0], 0.0, 0.0, 0.0))
     return out

@@ -54,16 +54,17 @@ def profile_plan(
     specs = layer_specs(profile_sync_layers(profile), 1, mode, "auto", layer_schemes)
     if rates is not None and rates.link_bytes_per_s > 0:
         for spec in specs:
-            spec.measured = profile_costs(profile, spec, nodes, powersgd_rank)
+            spec.measured = profile_costs(profile, spec, nodes)
     return _C.make_plan(specs, nodes, nodes, chunk_bytes, compression=compression_of(compression),
                         powersgd_rank=powersgd_rank,
                         rates=rates if rates is not None else _C.Rates())  # fmt: skip
 
 
-def profile_costs(profile: Profile, spec: Any, nodes: int, powersgd_rank: int) -> Any:
+def profile_costs(profile: Profile, spec: Any, nodes: int) -> Any:
     """The `_C.MeasuredCosts` of a profiled layer, as the predictor charges them: its
-    backward, SFB's rebuild from K·P rows and the dW it skips (the profile's SFB timing),
-    and PowerSGD's three products at the profile's GEMM rate for r rows."""
+    backward, and SFB's rebuild from K·P rows and the dW it skips (the profile's SFB
+    timing). PowerSGD's products are left to the cost model's formulas at the profile's GEMM
+    rate (the plan's Rates), which the predictor then reads from the plan's estimates."""
     from poseidon import _C
 
     layer = profile.layers[spec.layer_id]
@@ -72,12 +73,6 @@ def profile_costs(profile: Profile, spec: Any, nodes: int, powersgd_rank: int) -
     if layer.sfb is not None and layer.sync is not None:
         costs.sfb_rebuild_s = layer.sfb.rebuild_s(spec.m, spec.n, layer.sync.rows * nodes)
         costs.dw_s = layer.sfb.weight_grad_s
-    rank = min(powersgd_rank, spec.m, spec.n)
-    rate = gemm_rate(profile, rank)
-    if rate > 0 and spec.m >= 2 and spec.n >= 2:
-        product = 2.0 * spec.m * spec.n * rank / rate  # one m×n by n×r (or r×n) GEMM
-        costs.powersgd_encode_s = costs.powersgd_finish_s = product
-        costs.powersgd_between_s = product + 4.0 * spec.m * rank**2 / rate
     return costs
 
 
