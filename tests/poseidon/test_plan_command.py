@@ -147,6 +147,29 @@ def test_torch_plan_flags_are_checked(tmp_path: Path, capsys: pytest.CaptureFixt
     assert re.search(r"\(root\)\s+FC\s+2x4\s+8\s", capsys.readouterr().out)
 
 
+def test_a_torch_plan_by_time_measures_as_the_job_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """With --bandwidth, `poseidon plan --torch` times the schemes' compute and each module's
+    backward on this machine before planning (as a job's workers do): the table's margins are
+    in iteration time, the total gives the scheduled iteration, and a slow link sends the
+    large Linear lossy while a fast one keeps it exact."""
+    factory = tmp_path / "wide.py"
+    factory.write_text("from torch import nn\n\ndef build():\n"
+                       "    return nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), "
+                       "nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))\n")  # fmt: skip
+    base = ["plan", "--torch", f"{factory}:build", "--torch-input", "32,256", "--workers", "4",
+            "--compression", "auto"]  # fmt: skip
+    assert main([*base, "--bandwidth", "10mbit"]) == 0
+    slow = capsys.readouterr().out
+    assert re.search(r"ms of backward \+ synchronisation as scheduled", slow)
+    assert re.search(r"^2\s+FC\s+1024x1024\s+32(\s+\S+){4}\s+PowerSGD r4\s+[\d.]+\s+iteration "
+                     r"[\d.]+ [µm]?s shorter than with", slow, re.MULTILINE)  # fmt: skip
+    assert main([*base, "--bandwidth", "100gbit"]) == 0
+    fast = capsys.readouterr().out
+    assert "lossy layers: none (every gradient exact)" in fast
+
+
 def test_plan_reports_a_bad_model(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["plan", "--model", str(tmp_path / "missing.prototxt"), "--workers", "2"]) == 2
     assert "poseidon plan: cannot load" in capsys.readouterr().err
