@@ -62,6 +62,9 @@ double schedule_seconds(const std::vector<LayerSpec>& specs,
     const bool two_parts = chosen[j].scheme == Scheme::kPowerSGD;
     const double share = two_parts ? part_share(specs[j], 0) : 1.0;
     pending.push_back({compute, j, 0, chosen[j].wire_s * share});
+    // The continuation thread's encoding of Q runs on the same device: it takes
+    // its time from the training thread's, whenever it runs.
+    if (two_parts) compute += chosen[j].between_s;
   }
   std::vector<double> done(count, 0.0);
   double link = 0;

@@ -54,6 +54,12 @@ TEST(powersgd_rounds_run_one_after_the_other) {
   // P 11..12, Q ready 12 + 3 = 15, 15..18; finish 1 -> 19.
   const std::vector<LayerSpec> specs = {fc(0, 1, 3, 10)};
   CHECK(near(schedule_seconds(specs, {timed(Scheme::kPowerSGD, 4, 1, 3, 1)}), 19));
+  // Q's encoding shares the device: below, fc0's backward (10 s) starts only
+  // after fc1's encode (1) and between (3): fc1 ready at 1, P 1..2, Q ready
+  // 5, 5..8; fc0's backward 4..14, its transfer 14..15; finish fc0 15, fc1 +1.
+  const std::vector<LayerSpec> two = {fc(0, 8, 8, 10), fc(1, 1, 3, 0)};
+  CHECK(near(schedule_seconds(two, {timed(Scheme::kPS, 1), timed(Scheme::kPowerSGD, 4, 1, 3, 1)}),
+             16));
 }
 
 TEST(the_link_takes_the_lowest_ready_layer_first) {

@@ -13,7 +13,9 @@
 //   - the link carries one transfer at a time, in the order they become
 //     ready (ties: lower layer first), each for its share of wire_s
 //     (PowerSGD: part 0 then part 1, by their floats, r·M and r·N; part 1 is
-//     ready between_s after part 0 is back, on a continuation thread);
+//     ready between_s after part 0 is back, encoded on a continuation thread
+//     — which shares the device, so between_s also lengthens the training
+//     thread's time, charged right after the layer's encode);
 //   - when backward is over, the training thread finishes the layers in
 //     declaration order: each waits for its last transfer, then spends its
 //     finish_s (rebuild, decode, conversion back).
