@@ -562,10 +562,12 @@ class Config:
         return f"{host}:0"
 
     def rates(self) -> Any:
-        """The cost model's `_C.Rates` (unknown ones 0)."""
+        """The cost model's `_C.Rates` (unknown ones 0). A link carries its rate each way at
+        once (full duplex) and the model counts bytes sent + received, so it moves twice the
+        rate's bytes of them per second (docs/communication.md §5)."""
         from poseidon import _C
 
-        return _C.Rates(self.link_rate / 8, self.gemm_rate, self.memory_rate)
+        return _C.Rates(2 * self.link_rate / 8, self.gemm_rate, self.memory_rate)
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)

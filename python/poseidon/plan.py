@@ -288,7 +288,8 @@ def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
     allowance = _C.compression_name(plan.compression)
     if plan.compression in (_C.Compression.POWERSGD, _C.Compression.AUTO):
         allowance += f", PowerSGD rank {plan.powersgd_rank}"
-    rate = (f"link {8 * plan.rates.link_bytes_per_s / 1e6:g} Mbit/s" if timed
+    # Rates count sent + received: a full-duplex link of R bit/s moves 2·R/8 bytes of them.
+    rate = (f"link {8 * plan.rates.link_bytes_per_s / 2 / 1e6:g} Mbit/s each way" if timed
             else "link rate unknown: schemes ranked by bytes")  # fmt: skip
     out = [
         f"P1={plan.num_workers} workers, P2={plan.num_servers} shards; MB (1e6 bytes) "

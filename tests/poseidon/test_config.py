@@ -192,7 +192,8 @@ def test_compression_settings() -> None:
     c = Config.from_env({"POSEIDON_COMPRESSION": "PowerSGD:8", "POSEIDON_LINK_RATE": "100mbit",
                          "POSEIDON_GEMM_RATE": "2.5e12"})  # fmt: skip
     assert c.allowance() == ("powersgd", 8)
-    assert c.link_rate == 1e8 and c.rates().link_bytes_per_s == 1.25e7
+    # Bytes sent + received per second: 100 Mbit/s each way, both ways at once.
+    assert c.link_rate == 1e8 and c.rates().link_bytes_per_s == 2.5e7
     native = c.replace(token="t").to_native()
     assert native.compression == _C.Compression.POWERSGD and native.powersgd_rank == 8
     assert native.rates.gemm_flops_per_s == 2.5e12

@@ -39,7 +39,9 @@ const char* compression_name(Compression compression);  // "none", "bf16", "powe
 // Measured speeds the time-based cost model divides by (cost_model.h); 0
 // means unknown, and an unknown rate's term counts 0 seconds.
 struct Rates {
-  double link_bytes_per_s = 0;    // one node's network link, bytes sent + received
+  // One node's link, in bytes sent + received per second (the unit of the
+  // model's wire bytes): a full-duplex link of R bit/s each way moves 2·R/8.
+  double link_bytes_per_s = 0;
   double gemm_flops_per_s = 0;    // the GEMMs of SFB's rebuild and of PowerSGD
   double memory_bytes_per_s = 0;  // streaming passes (conversions, error feedback)
 

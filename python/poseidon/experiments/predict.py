@@ -122,7 +122,8 @@ def _planned_layers(
     rates = None
     if compression.kind != "none" and link is not None:
         # The coordinator's time model on this cell's link and the profile's GEMM rate.
-        rates = _C.Rates(link.bytes_per_s, gemm_rate(profile, compression.powersgd_rank))
+        # Bytes sent + received per second: both directions at once (Config.rates).
+        rates = _C.Rates(2 * link.bytes_per_s, gemm_rate(profile, compression.powersgd_rank))
     plan = profile_plan(profile, mode, nodes, chunk_bytes, layer_schemes, compression.kind,
                         compression.powersgd_rank, rates)  # fmt: skip
     out = []
