@@ -216,11 +216,10 @@ def why_chosen(plan: Any, lp: Any, estimates: Sequence[Any] | None = None) -> st
     if plan.rates.link_bytes_per_s > 0:
         longer = {e.scheme: _schedule_with(plan, lp, e) - plan.schedule_s for e in rivals}
         runner_up = min(longer, key=lambda s: longer[s])
-        if longer[runner_up] < 0:  # schedule.h: exact kept unless lossy wins > 1%
-            return (
-                f"exact: {_C.scheme_name(runner_up)} would save only "
-                f"{_seconds(-longer[runner_up])} of the iteration"
-            )
+        if longer[runner_up] <= 0:  # schedule.h: exact kept unless lossy wins > 1%
+            saving = -longer[runner_up]
+            amount = f"only {_seconds(saving)} of the iteration" if saving > 0 else "nothing"
+            return f"exact: {_C.scheme_name(runner_up)} would save {amount}"
         return (
             f"iteration {_seconds(longer[runner_up])} shorter than with {_C.scheme_name(runner_up)}"
         )

@@ -2,18 +2,19 @@
 (cost_model.h, Note [measured costs]), for the cost model to rank schemes by time.
 
 One GEMM rate cannot price every product: on a CPU, SFB's rebuild (an M×N result from
-K·(P1−1) rows) and PowerSGD's thin products (M·N by r columns) run at rates 20× apart
-(docs/communication.md §5.3). So before the plan is made, a worker whose job ranks schemes
-by time (the link's rate is known) runs each candidate scheme's compute once on its device
-with the layer's sizes — the very functions the rounds call (PowerSGDLayer's encode_p,
-encode_q and decode; the rebuild's addmm_ from K·P1 rows, and from K rows the layer's own dW
-product, which an SFB layer skips; the bf16 conversions) — and declares the median
-times with its LayerSpecs. All workers measure at once, so on a shared machine the times
-include the sharing, as training will.
+K·P1 rows) and PowerSGD's thin products (M·N by r columns) run at rates 20× apart
+(docs/communication.md §5, "Measured costs"). So before the plan is made, a worker whose
+job ranks schemes by time (the link's rate is known) runs each candidate scheme's compute
+once on its device with the layer's sizes — the very functions the rounds call
+(PowerSGDLayer's encode_p, encode_q and decode; the rebuild's addmm_ from K·P1 rows, and from
+K rows the layer's own dW product, which an SFB layer skips; the bf16 conversions) — and
+declares the median times with its LayerSpecs. All workers measure at once, so on a shared
+machine the times include the sharing (docs/benchmarks.md says how far that goes).
 
-`measure_scheme_costs(specs, workers, rank, device)` fills `spec.measured` of every layer a
-measured phase could change the plan of: FC layers (SFB), and every layer for BF16 or
-PowerSGD when `compression` allows them.
+`measure_scheme_costs(specs, workers, compression, rank, device, backward_s)` fills
+`spec.measured` of every layer whose scheme the model chooses: SFB's phases for an FC layer,
+BF16's and PowerSGD's where `compression` allows them (and PowerSGD pays), and the front
+end's backward times.
 """
 
 from __future__ import annotations
