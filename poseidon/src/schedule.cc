@@ -1,6 +1,7 @@
 #include "poseidon/schedule.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <string>
 
 #include "poseidon/errors.h"
