@@ -27,6 +27,11 @@ Calls:
     Layer.batch_wait_s() -> seconds | None  a prefetching data layer's last wait (timeline)
     InnerProductLayer.factor_widths() -> (top diff width, bottom data width)
     InnerProductLayer.add_factor_gradients(dy, x, scale)   the SFB rebuild into its diffs
+    The compute replay's layers (poseidon/experiments/replay.py) only, read where present:
+    Layer.byte_scale                        its buffers hold 1/byte_scale of the real floats
+    Layer.profiled_costs(spec, workers) -> _C.MeasuredCosts   the profile's times, declared
+                                            instead of timing the stand-in
+    Layer.replay_compute(seconds)           its device spends a codec step's estimated time
 
 Read-only views (public; everything else is the engine's):
     Solver: net, param (iter_size, clip_gradients), iter
@@ -60,7 +65,7 @@ ATTACH_SURFACE: dict[str, frozenset[str]] = {
     }),
     "Layer": frozenset({
         "comm_shape", "batch_wait_s", "factor_widths", "add_factor_gradients",
-        "sufficient_factor_sink",
+        "sufficient_factor_sink", "byte_scale", "profiled_costs", "replay_compute",
     }),
     "Blob": frozenset({"data_tensor", "diff_tensor"}),
 }  # fmt: skip

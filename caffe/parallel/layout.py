@@ -47,8 +47,9 @@ def sync_layout(net: Any) -> list[SyncLayer]:
             shape = CommShape("other", shape.m, shape.n, shape.rows)
         start, end = net.layer_param_range[layer_id]
         transposed = bool(getattr(layer, "transpose", False))  # InnerProduct's weight N×M
-        layout.append(SyncLayer(layer_id, names[layer_id], start, end,
-                                tuple(param_ids), late, shape, transposed))  # fmt: skip
+        byte_scale = int(getattr(layer, "byte_scale", 1))  # the compute replay's stand-ins
+        layout.append(SyncLayer(layer_id, names[layer_id], start, end, tuple(param_ids),
+                                late, shape, transposed, byte_scale))  # fmt: skip
     return layout
 
 

@@ -122,11 +122,7 @@ class PoseidonSync:
                                 what="POSEIDON_LAYER_SCHEMES")  # fmt: skip
             extra = broadcast_unit_specs(self.net, layout, self.mode, compression, layer_schemes)
             if self.client.ranks_by_time():
-                # Each scheme's compute at the layers' shapes on this device
-                # (poseidon/sync/measure.py). The layers' backward times are not
-                # declared: the net cannot run a pass before training without
-                # consuming a batch, so the schedule sees no overlap for Caffe jobs.
-                self.client.measure_costs(specs, {})
+                self._declare_costs(specs)
             self.schemes = self.client.agree_on_plan([*specs, *extra])
         except ValueError as e:
             raise CaffeError(f"net {self.net.name!r}: {e}") from None
@@ -138,6 +134,20 @@ class PoseidonSync:
         if self.rank == 0:
             self._log_plan(plan)
         return plan
+
+    def _declare_costs(self, specs: list) -> None:
+        layers = [self.net.layers[spec.layer_id] for spec in specs]
+        if all(hasattr(layer, "profiled_costs") for layer in layers):
+            # The compute replay's stand-ins: the profiled device's times (as the
+            # predictor plans with them), not this machine's on 1/s of the bytes.
+            for spec, layer in zip(specs, layers):
+                spec.measured = layer.profiled_costs(spec, self.num_workers)
+            return
+        # Each scheme's compute at the layers' shapes on this device
+        # (poseidon/sync/measure.py). The layers' backward times are not declared: the
+        # net cannot run a pass before training without consuming a batch, so the
+        # schedule sees no overlap for Caffe jobs.
+        self.client.measure_costs(specs, {})
 
     def _log_plan(self, plan: _C.Plan) -> None:
         _log.info("Poseidon: %d workers, %d server shards, sync mode %s, chunk %d bytes",
@@ -151,9 +161,11 @@ class PoseidonSync:
                       len(lossy), ", ".join(lossy))  # fmt: skip
 
     def _make_round(self, layer: Any) -> LayerRound:
-        if self.schemes[layer.index] != "SFB":  # PS, BF16, PowerSGD: the layer's diff range
-            return self.client.dense_round(layer, self.net.param_diff[layer.start : layer.end])
         engine_layer = self.net.layers[layer.index]
+        if self.schemes[layer.index] != "SFB":  # PS, BF16, PowerSGD: the layer's diff range
+            diff = self.net.param_diff[layer.start : layer.end]
+            replayed = getattr(engine_layer, "replay_compute", None)  # the compute replay's
+            return self.client.dense_round(layer, diff, replayed)
         factors = FactorLog(*engine_layer.factor_widths())
         engine_layer.sufficient_factor_sink = factors.keep_copies
         self._slots.append((engine_layer, "sufficient_factor_sink"))

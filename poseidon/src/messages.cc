@@ -11,7 +11,7 @@ namespace {
 
 // Smallest encoding of one LayerSpec: id, name length, kind, force, m, n, k,
 // num_floats, then its eight measured costs.
-constexpr size_t kMinLayerSpecBytes = 4 + 4 + 1 + 1 + 8 * 4 + 8 * 8;
+constexpr size_t kMinLayerSpecBytes = 4 + 4 + 1 + 1 + 8 * 4 + 4 + 8 * 8;
 
 // The measured costs in a fixed order (Note [measured costs]).
 std::vector<double*> measured_fields(MeasuredCosts& c) {
@@ -29,6 +29,7 @@ void put_spec(ByteWriter& w, const LayerSpec& s) {
   w.u64(s.n);
   w.u64(s.k);
   w.u64(s.num_floats);
+  w.u32(s.byte_scale);
   MeasuredCosts measured = s.measured;
   for (const double* v : measured_fields(measured)) w.f64(*v);
 }
@@ -49,6 +50,8 @@ LayerSpec get_spec(ByteReader& r) {
   s.n = r.u64();
   s.k = r.u64();
   s.num_floats = r.u64();
+  s.byte_scale = r.u32();
+  if (s.byte_scale < 1) throw ProtocolError("layer spec " + s.name + ": byte scale 0");
   for (double* v : measured_fields(s.measured)) {
     *v = r.f64();
     if (!std::isfinite(*v) || *v < 0) {

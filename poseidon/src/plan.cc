@@ -11,13 +11,20 @@ namespace poseidon {
 
 bool LayerSpec::operator==(const LayerSpec& o) const {
   return layer_id == o.layer_id && name == o.name && kind == o.kind && m == o.m && n == o.n &&
-         k == o.k && num_floats == o.num_floats && force == o.force;
+         k == o.k && num_floats == o.num_floats && force == o.force && byte_scale == o.byte_scale;
+}
+
+uint64_t LayerSpec::modelled_floats() const {
+  const uint64_t scale = std::max<uint64_t>(1, byte_scale);
+  return num_floats > UINT64_MAX / scale ? UINT64_MAX : num_floats * scale;
 }
 
 std::string LayerSpec::debug_string() const {
+  const std::string scaled =
+      byte_scale > 1 ? " (1/" + std::to_string(byte_scale) + " of the real layer)" : "";
   return name + " (layer " + std::to_string(layer_id) + ", " + layer_kind_name(kind) + " " +
          std::to_string(m) + "x" + std::to_string(n) + ", K=" + std::to_string(k) + ", " +
-         std::to_string(num_floats) + " floats)";
+         std::to_string(num_floats) + " floats" + scaled + ")";
 }
 
 const LayerPlan* Plan::find(uint32_t layer_id) const {
@@ -99,9 +106,35 @@ PlanPart cut_part(uint64_t offset, uint64_t n, size_t chunk_bytes, int num_serve
   return part;
 }
 
+struct PowerSGDMatrix {
+  uint64_t m = 0, n = 0;       // the matrix the wire carries
+  uint64_t weight_floats = 0;  // where the rest starts in the layer's range
+};
+
+// PowerSGD's matrix of a layer at rank r (applicable: r <= min(m, n), m·n <=
+// modelled floats): its m × n weight, or for a byte-scaled layer (Note
+// [byte-scaled layers]) the stand-in's — rows and columns / s (rounded up, at
+// least r, so that the factors keep rank r) within the weight's ceil(m·n / s)
+// floats. Throws ConfigError when the stand-in's buffer cannot hold that.
+PowerSGDMatrix powersgd_matrix(const LayerSpec& s, uint32_t rank) {
+  if (s.byte_scale <= 1) return {s.m, s.n, s.m * s.n};
+  const uint64_t scale = s.byte_scale;
+  const auto up = [](uint64_t a, uint64_t b) { return a / b + (a % b != 0); };
+  PowerSGDMatrix w;
+  // m·n <= modelled_floats() < 2^64 (applicable), so the products do not overflow.
+  w.weight_floats = up(s.m * s.n, scale);
+  w.m = std::max<uint64_t>(rank, up(s.m, scale));
+  w.n = std::min(std::max<uint64_t>(rank, up(s.n, scale)), w.weight_floats / w.m);
+  if (w.weight_floats > s.num_floats || w.n < rank) {
+    throw ConfigError("layer " + s.debug_string() + ": its byte-scaled buffer cannot hold a rank-" +
+                      std::to_string(rank) + " PowerSGD matrix (use a smaller byte scale)");
+  }
+  return w;
+}
+
 // Why `scheme` cannot serve `s` ("" if it can).
 std::string cannot_serve(Scheme scheme, const LayerSpec& s) {
-  if (scheme_applicable(scheme, s.kind, s.m, s.n, s.num_floats)) return "";
+  if (scheme_applicable(scheme, s.kind, s.m, s.n, s.modelled_floats())) return "";
   if (scheme == Scheme::kSFB) {
     return std::string("SFB needs a fully-connected layer, this one is ") + layer_kind_name(s.kind);
   }
@@ -109,7 +142,7 @@ std::string cannot_serve(Scheme scheme, const LayerSpec& s) {
     return "PowerSGD needs an m x n weight with m >= 2 and n >= 2 within the layer's floats, "
            "this one has m=" +
            std::to_string(s.m) + " n=" + std::to_string(s.n) +
-           " num_floats=" + std::to_string(s.num_floats);
+           " num_floats=" + std::to_string(s.modelled_floats());
   }
   return std::string("unknown scheme ") + std::to_string(static_cast<int>(scheme));
 }
@@ -132,6 +165,10 @@ void check_settings(int powersgd_rank, const Rates& rates, Compression compressi
 // A worker's timings are inputs to the plan: a negative or non-finite one is
 // a bug in the measuring, named with the layer.
 void check_measured(const LayerSpec& s) {
+  if (s.byte_scale < 1) {
+    throw ConfigError("layer " + s.debug_string() +
+                      ": byte_scale 0 (want >= 1; 1 for a real layer)");
+  }
   const MeasuredCosts& c = s.measured;
   for (const double v : {c.backward_s, c.sfb_rebuild_s, c.dw_s, c.bf16_encode_s, c.bf16_finish_s,
                          c.powersgd_encode_s, c.powersgd_between_s, c.powersgd_finish_s}) {
@@ -180,18 +217,20 @@ Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme
     lp.scheme = schemes[i];
     lp.cost = comm_cost(s.m, s.n, s.k, num_workers, num_servers);
     lp.estimate = estimate_scheme(lp.scheme, s.kind, s.m, s.n, s.k, num_workers, num_servers,
-                                  plan.powersgd_rank, s.num_floats, rates, s.measured);
+                                  plan.powersgd_rank, s.modelled_floats(), rates, s.measured);
     // Note [plan parts]
     if (lp.scheme == Scheme::kPS || lp.scheme == Scheme::kBF16) {
       lp.parts.push_back(cut_part(0, s.num_floats, chunk_bytes, num_servers));
     } else if (lp.scheme == Scheme::kPowerSGD) {
-      // Applicable, so r <= min(m, n) and r·m, r·n <= m·n <= num_floats: no overflow.
       lp.rank = static_cast<uint32_t>(lp.estimate.rank);
-      const uint64_t p_floats = uint64_t{lp.rank} * s.m;
-      const uint64_t rest = s.num_floats - s.m * s.n;
-      const uint64_t part0 = p_floats + rest;  // <= num_floats
+      const PowerSGDMatrix w = powersgd_matrix(s, lp.rank);
+      lp.matrix_m = w.m;
+      lp.matrix_n = w.n;
+      // r <= matrix_m, matrix_n and matrix_m·matrix_n <= weight_floats <= num_floats:
+      // no overflow.
+      const uint64_t part0 = uint64_t{lp.rank} * w.m + (s.num_floats - w.weight_floats);
       lp.parts.push_back(cut_part(0, part0, chunk_bytes, num_servers));
-      lp.parts.push_back(cut_part(part0, uint64_t{lp.rank} * s.n, chunk_bytes, num_servers));
+      lp.parts.push_back(cut_part(part0, uint64_t{lp.rank} * w.n, chunk_bytes, num_servers));
     }
     uint64_t chunks = 0;
     for (PlanPart& part : lp.parts) {
@@ -236,8 +275,8 @@ Plan make_plan(const std::vector<LayerSpec>& specs, int num_workers, int num_ser
     fixed.push_back(choice != SchemeChoice::kAuto);
     if (choice == SchemeChoice::kAuto) {
       schemes.push_back(choose_scheme(s.kind, s.m, s.n, s.k, num_workers, num_servers, compression,
-                                      static_cast<uint64_t>(powersgd_rank), s.num_floats, rates,
-                                      s.measured));
+                                      static_cast<uint64_t>(powersgd_rank), s.modelled_floats(),
+                                      rates, s.measured));
       continue;
     }
     const char* setting = own ? "LayerSpec.force" : "Config.scheme (cluster-wide)";
@@ -265,7 +304,7 @@ std::vector<SchemeEstimate> layer_estimates(const LayerSpec& spec, int num_worke
                                             int powersgd_rank, const Rates& rates) {
   check_settings(powersgd_rank, rates, Compression::kNone);
   return estimate_schemes(spec.kind, spec.m, spec.n, spec.k, num_workers, num_servers,
-                          static_cast<uint64_t>(powersgd_rank), spec.num_floats, rates,
+                          static_cast<uint64_t>(powersgd_rank), spec.modelled_floats(), rates,
                           spec.measured);
 }
 

@@ -103,16 +103,16 @@ std::vector<Scheme> refine_by_schedule(const std::vector<LayerSpec>& specs,
   for (size_t i = 0; i < count; ++i) {
     const LayerSpec& s = specs[i];
     for (const SchemeEstimate& e : estimate_schemes(s.kind, s.m, s.n, s.k, num_workers, num_servers,
-                                                    rank, s.num_floats, rates, s.measured)) {
+                                                    rank, s.modelled_floats(), rates, s.measured)) {
       table[i].push_back(e);
       if (!fixed[i] &&
-          scheme_candidate(e.scheme, s.kind, s.m, s.n, s.num_floats, compression, rank)) {
+          scheme_candidate(e.scheme, s.kind, s.m, s.n, s.modelled_floats(), compression, rank)) {
         candidates[i].push_back(e.scheme);
       }
     }
     if (!fixed[i]) {
       exact[i] = choose_scheme(s.kind, s.m, s.n, s.k, num_workers, num_servers, Compression::kNone,
-                               rank, s.num_floats, rates, s.measured);
+                               rank, s.modelled_floats(), rates, s.measured);
     }
   }
   const auto estimate = [&](size_t i, Scheme scheme) -> const SchemeEstimate& {

@@ -38,7 +38,7 @@ TEST(header_round_trip) {
   encode_header(h, b);
   // Magic is "PSDN" on the wire: little-endian bytes, independent of the host.
   CHECK_EQ(std::string(reinterpret_cast<char*>(b), 4), std::string("PSDN"));
-  CHECK_EQ(b[4], 3);  // version 3 (layer specs with measured costs), little-endian
+  CHECK_EQ(b[4], 4);  // version 4 (layer specs with byte scales), little-endian
   CHECK_EQ(b[5], 0);
   FrameHeader d;
   CHECK_EQ(decode(b, sizeof b, 1 << 20, &d), std::string());
@@ -166,11 +166,16 @@ TEST(message_round_trips) {
   conv.kind = LayerKind::kConvolution;
   conv.num_floats = 1000;
   conv.force = SchemeChoice::kPS;
+  conv.byte_scale = 8;
   auto sb = encode_layer_specs({conv, fc});
   const auto specs = decode_layer_specs(sb.data(), sb.size());
   REQUIRE(specs.size() == 2);
   CHECK(specs[0] == conv);
   CHECK(specs[1] == fc);
+  CHECK_EQ(specs[0].byte_scale, 8u);
+  auto zero = encode_layer_specs({fc});
+  zero[4 + 4 + 4 + 3 + 1 + 1 + 8 * 4] = 0;  // count, id, name "fc6", kind, force, m n k floats
+  CHECK_THROWS(decode_layer_specs(zero.data(), zero.size()), ProtocolError, "byte scale 0");
 
   const Plan plan = make_plan({conv, fc}, 16, 16, 1 << 20, SchemeChoice::kAuto);
   auto pb = encode_plan(plan);
@@ -246,8 +251,8 @@ Plan every_scheme_plan() {
 // layer is named `name` (Note [plan message]).
 size_t first_scheme_byte(const std::string& name) {
   const size_t head = 4 + 4 + 8 + 4 + 1 + 3 * 8 + 4;
-  // id, name, kind, force, m, n, k, num_floats, eight measured costs.
-  return head + 4 + 4 + name.size() + 1 + 1 + 4 * 8 + 8 * 8;
+  // id, name, kind, force, m, n, k, num_floats, byte scale, eight measured costs.
+  return head + 4 + 4 + name.size() + 1 + 1 + 4 * 8 + 4 + 8 * 8;
 }
 
 }  // namespace
@@ -320,10 +325,10 @@ TEST(plan_rejections) {
   b = good;
   b[scheme_at + 5] = 0;
   CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "the layout gives rank 7 and 701");
-  // An unknown per-layer force in a spec (before m, n, k, num_floats and the
-  // eight measured costs).
+  // An unknown per-layer force in a spec (before m, n, k, num_floats, the byte
+  // scale and the eight measured costs).
   b = good;
-  b[scheme_at - 1 - 4 * 8 - 8 * 8] = 5;
+  b[scheme_at - 1 - 4 * 8 - 4 - 8 * 8] = 5;
   CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "unknown scheme choice 5");
   // A negative measured cost (the sign bit of the last one, the spec's last byte).
   b = good;

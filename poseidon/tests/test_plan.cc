@@ -196,6 +196,60 @@ TEST(powersgd_rank_is_clamped_to_the_weight) {
   CHECK_EQ(l.wire_floats, uint64_t{909});
 }
 
+// Note [byte-scaled layers]: the compute replay's stand-in of VGG's fc6 at
+// byte scale 32 is planned as the real layer, and its parts are 1/32 of it.
+TEST(byte_scaled_layers_are_planned_as_the_real_one_and_move_a_scaled_wire) {
+  LayerSpec real = spec(6, 4096 * 25088 + 4096, LayerKind::kFullyConnected);
+  real.m = 4096;
+  real.n = 25088;
+  real.k = 32;
+  LayerSpec stand_in = real;
+  stand_in.byte_scale = 32;
+  stand_in.num_floats = 4096 * 25088 / 32 + 4096 / 32;  // each blob rounded up: exact here
+  CHECK_EQ(stand_in.modelled_floats(), real.num_floats);
+  CHECK(!(stand_in == real));  // part of the identity: every worker must declare the same
+  Rates rates;
+  rates.link_bytes_per_s = 2.5e8;
+  rates.gemm_flops_per_s = 5e12;
+  for (const Compression c : {Compression::kNone, Compression::kBF16, Compression::kAuto}) {
+    const Plan a = make_plan({real}, 16, 16, 1 << 20, SchemeChoice::kAuto, c, 4, rates);
+    const Plan b = make_plan({stand_in}, 16, 16, 1 << 15, SchemeChoice::kAuto, c, 4, rates);
+    CHECK(a.layers[0].scheme == b.layers[0].scheme);
+    CHECK_EQ(a.layers[0].estimate.wire_bytes, b.layers[0].estimate.wire_bytes);
+    CHECK_EQ(a.schedule_s, b.schedule_s);
+  }
+  stand_in.force = SchemeChoice::kPowerSGD;
+  const LayerPlan l = make_plan({stand_in}, 16, 16, 1 << 15, SchemeChoice::kAuto).layers[0];
+  CHECK_EQ(l.rank, 4u);
+  CHECK_EQ(l.matrix_m, uint64_t{128});  // 4096 / 32
+  CHECK_EQ(l.matrix_n, uint64_t{784});  // 25088 / 32
+  REQUIRE(l.parts.size() == 2);
+  CHECK_EQ(l.parts[0].num_floats, uint64_t{4 * 128 + 128});  // P and the bias's 1/32
+  CHECK_EQ(l.parts[1].num_floats, uint64_t{4 * 784});
+  real.force = SchemeChoice::kPowerSGD;
+  const LayerPlan r = make_plan({real}, 16, 16, 1 << 20, SchemeChoice::kAuto).layers[0];
+  CHECK_EQ(r.matrix_m, uint64_t{4096});
+  CHECK_EQ(r.matrix_n, uint64_t{25088});
+  CHECK_EQ(r.wire_floats, uint64_t{32} * l.wire_floats);
+
+  // A small conv: rows and columns round up to the rank, within the weight's floats.
+  LayerSpec conv = spec(1, 64 * 27 / 32 + 2, LayerKind::kConvolution);
+  conv.m = 64;
+  conv.n = 27;
+  conv.byte_scale = 32;
+  conv.force = SchemeChoice::kPowerSGD;
+  const LayerPlan c = make_plan({conv}, 4, 4, 4096, SchemeChoice::kAuto).layers[0];
+  CHECK_EQ(c.matrix_m, uint64_t{4});
+  CHECK_EQ(c.matrix_n, uint64_t{4});
+  CHECK_EQ(c.wire_floats, uint64_t{4 * 4 + 2 + 4 * 4});  // P, the bias's 2 floats, Q
+  // A rank the scaled weight's floats cannot hold (27 × 27 in 54), and byte
+  // scale 0, are refused.
+  CHECK_THROWS(make_plan({conv}, 4, 4, 4096, SchemeChoice::kAuto, Compression::kNone, 50),
+               ConfigError, "cannot hold a rank-27 PowerSGD matrix");
+  conv.byte_scale = 0;
+  CHECK_THROWS(make_plan({conv}, 4, 4, 4096, SchemeChoice::kAuto), ConfigError, "byte_scale 0");
+}
+
 TEST(sfb_layers_have_no_parts) {
   LayerSpec fc = spec(5, 4096 * 4096, LayerKind::kFullyConnected);
   fc.m = 4096;

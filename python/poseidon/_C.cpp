@@ -315,12 +315,14 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<LayerSpec>(m, "LayerSpec")
       .def(py::init([](uint32_t layer_id, std::string name, LayerKind kind, uint64_t mm, uint64_t n,
-                       uint64_t k, uint64_t num_floats, SchemeChoice force) {
-             return LayerSpec{layer_id, std::move(name), kind, mm, n, k, num_floats, force};
+                       uint64_t k, uint64_t num_floats, SchemeChoice force, uint32_t byte_scale) {
+             LayerSpec s{layer_id, std::move(name), kind, mm, n, k, num_floats, force};
+             s.byte_scale = byte_scale;
+             return s;
            }),
            py::arg("layer_id"), py::arg("name") = "", py::arg("kind") = LayerKind::kOther,
            py::arg("m") = 0, py::arg("n") = 0, py::arg("k") = 0, py::arg("num_floats") = 0,
-           py::arg("force") = SchemeChoice::kAuto)
+           py::arg("force") = SchemeChoice::kAuto, py::arg("byte_scale") = 1)
       .def_readwrite("layer_id", &LayerSpec::layer_id)
       .def_readwrite("name", &LayerSpec::name)
       .def_readwrite("kind", &LayerSpec::kind)
@@ -329,6 +331,9 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("k", &LayerSpec::k)
       .def_readwrite("num_floats", &LayerSpec::num_floats)
       .def_readwrite("force", &LayerSpec::force)
+      .def_readwrite("byte_scale", &LayerSpec::byte_scale,
+                     "The compute replay's stand-in: buffers of 1/byte_scale of the real "
+                     "floats (plan.h, Note [byte-scaled layers]); 1 for a real layer.")
       .def_readwrite("measured", &LayerSpec::measured)
       .def("__repr__", [](const LayerSpec& s) { return "LayerSpec(" + s.debug_string() + ")"; });
 
@@ -355,6 +360,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("cost", &LayerPlan::cost)
       .def_readonly("estimate", &LayerPlan::estimate)
       .def_readonly("rank", &LayerPlan::rank)
+      .def_readonly("matrix_m", &LayerPlan::matrix_m)
+      .def_readonly("matrix_n", &LayerPlan::matrix_n)
       .def_readonly("wire_floats", &LayerPlan::wire_floats)
       .def_readonly("parts", &LayerPlan::parts)
       .def_readonly("first_chunk", &LayerPlan::first_chunk)

@@ -40,24 +40,25 @@ def _native_kind(kind: str) -> Any:
 
 
 def layer_spec(layer_id: int, name: str, kind: str, m: int, n: int, k: int,
-               num_floats: int, force: str = "auto") -> Any:  # fmt: skip
+               num_floats: int, force: str = "auto", byte_scale: int = 1) -> Any:  # fmt: skip
     """One comm-core LayerSpec: an m×n weight and k samples per worker per iteration, in the
     cost model's names (docs/paper.md §4). `force` is "auto" (the cost model's pick among
     the schemes that serve the layer and the compression allows) or one scheme, which must
     serve the layer (ValueError otherwise: only an FC layer takes SFB, only an m×n weight
-    with m, n >= 2 takes PowerSGD)."""
+    with m, n >= 2 takes PowerSGD). `byte_scale`: a compute replay's stand-in, whose
+    `num_floats` are 1/byte_scale of the real layer's (plan.h, Note [byte-scaled layers])."""
     from poseidon import _C
 
     native_kind = _native_kind(kind)
     choice = scheme_choice(force)
     if choice != _C.SchemeChoice.AUTO:
         scheme = getattr(_C.Scheme, SCHEME_NAMES[force])
-        if not _C.scheme_applicable(scheme, native_kind, m, n, num_floats):
+        if not _C.scheme_applicable(scheme, native_kind, m, n, num_floats * byte_scale):
             serves = {"sfb": "only a fully-connected layer takes SFB",
                       "powersgd": "PowerSGD needs an m x n weight with m, n >= 2"}  # fmt: skip
             raise ValueError(f"layer {name!r} ({kind}, {m}x{n}) cannot take {force}: "
                              f"{serves.get(force, 'not applicable')}")  # fmt: skip
-    return _C.LayerSpec(layer_id, name, native_kind, m, n, k, num_floats, choice)
+    return _C.LayerSpec(layer_id, name, native_kind, m, n, k, num_floats, choice, byte_scale)
 
 
 BROADCAST_NAME = "(broadcast)"  # a unit of rank 0's weights, not a layer (sync/broadcast.py)
@@ -112,7 +113,8 @@ def layer_specs(
             # A CommShape counts rows per pass; the cost model's K is the samples of one
             # iteration, whose gradient is the sum over its iter_size passes.
             specs.append(layer_spec(s.index, s.name, s.shape.kind, s.shape.m, s.shape.n,
-                                    s.shape.rows * iter_size, s.num_floats, force))  # fmt: skip
+                                    s.shape.rows * iter_size, s.num_floats, force,
+                                    s.byte_scale))  # fmt: skip
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
     return specs

@@ -26,12 +26,22 @@ struct LayerSpec {
   uint64_t k = 0;           // samples per worker per iteration (the bottom's batch)
   uint64_t num_floats = 0;  // length of the layer's contiguous gradient range
   SchemeChoice force = SchemeChoice::kAuto;
+  // Note [byte-scaled layers]: the compute replay (poseidon/experiments)
+  // stands a layer in with buffers of 1/byte_scale of its floats (each blob
+  // rounded up). The cost model decides on the real layer (m, n, k and
+  // modelled_floats()); the plan cuts the parts it registers from num_floats,
+  // and PowerSGD's matrix is the real one's rows and columns / byte_scale
+  // (LayerPlan::matrix_m, matrix_n), so every part moves 1/byte_scale of the
+  // real bytes. 1 for every real job.
+  uint32_t byte_scale = 1;
   // What the declaring worker timed (cost_model.h, Note [measured costs]).
   // Not part of the layer's identity: workers' timings differ, operator==
   // ignores them, and the coordinator plans with the first worker's.
   MeasuredCosts measured;
 
   bool operator==(const LayerSpec& o) const;
+  // The real layer's floats: num_floats × byte_scale (saturating).
+  uint64_t modelled_floats() const;
   std::string debug_string() const;  // "fc6 (layer 5, FC 4096x25088, K=32, 102764544 floats)"
 };
 
@@ -53,8 +63,10 @@ size_t min_spread_chunk_bytes(size_t chunk_bytes);  // min(64 KiB, chunk_bytes /
 //   PowerSGD   part 0 = [P | rest]: r·m floats of P (m×r), then the
 //              num_floats − m·n floats of the layer past its m×n weight (e.g.
 //              the bias), summed exactly; part 1 = [Q]: r·n floats of Q (n×r);
-//              r = min(rank, m, n). The core only sums them; computing P and
-//              Q (and what they sum to) is the caller's.
+//              r = min(rank, m, n). (A byte-scaled layer: m, n and the
+//              weight's floats / byte_scale, Note [byte-scaled layers].) The
+//              core only sums them; computing P and Q (and what they sum to)
+//              is the caller's.
 //   SFB        no part (wire_floats 0): factors go peer to peer
 // Each part is cut into chunks on its own (Note [chunk layout]); a layer's
 // chunks are numbered through its parts, part 0's first, and chunk c of the
@@ -77,9 +89,14 @@ struct PlanPart {
 struct LayerPlan {
   LayerSpec spec;
   Scheme scheme = Scheme::kPS;
-  CommCost cost;                // per iteration, see cost_model.h
-  SchemeEstimate estimate;      // the chosen scheme's, see cost_model.h Note [time model]
-  uint32_t rank = 0;            // PowerSGD: min(rank, m, n); else 0
+  CommCost cost;            // per iteration, see cost_model.h
+  SchemeEstimate estimate;  // the chosen scheme's, see cost_model.h Note [time model]
+  uint32_t rank = 0;        // PowerSGD: min(rank, m, n); else 0
+  // PowerSGD: the matrix its wire carries, matrix_m × matrix_n at the start
+  // of the layer's range (m × n; a byte-scaled layer's stand-in, Note
+  // [byte-scaled layers]); else 0.
+  uint64_t matrix_m = 0;
+  uint64_t matrix_n = 0;
   uint64_t wire_floats = 0;     // floats of the registered buffer (Note [plan parts]); SFB: 0
   std::vector<PlanPart> parts;  // Note [plan parts]; SFB: none
   uint64_t first_chunk = 0;     // global index of the layer's chunk 0 (chunks go round-robin)

@@ -56,6 +56,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="directory for each cell's Chrome traces "
         "(<mode>-P<nodes>.<rank>.json; replayed times are dilated)",
     )
+    p.add_argument("--compression", default="none",
+                   help="lossy schemes the plan may pick (POSEIDON_COMPRESSION): none, bf16, "
+                        "powersgd[:R] or auto[:R]; planned by time on the link "
+                        "(docs/communication.md §5)")  # fmt: skip
+    p.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD's rank (default 4)")
     p.add_argument("-o", "--output", help="write the results as JSON (after every cell)")
     p.add_argument("--plot", help="write a PNG of speed-up against nodes")
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from poseidon.config import SYNC_MODES
 from poseidon.experiments.emulation import EmulationError
+from poseidon.experiments.predict import EXACT, Compression
 from poseidon.experiments.report import Results, write_outputs
 from poseidon.experiments.run import (
     CellJob,
@@ -59,6 +60,7 @@ class ExperimentRequest:
     timeline: str | None
     output: str | None
     plot: str | None
+    compression: Compression = EXACT
 
     def scaling_for(self, nodes: int) -> Scaling:
         """The replay's dilation and byte scale for a cell (Note [dilation and byte scale]
@@ -129,6 +131,7 @@ class ExperimentRequest:
             from poseidon.experiments.emulation import check_can_emulate
 
             check_can_emulate()
+        compression = _compression(args, profile, bandwidth)
         if args.timeline and not os.path.isdir(args.timeline):
             raise ValueError(f"--timeline {args.timeline}: no such directory")
         for path in (args.output, args.plot):
@@ -142,7 +145,24 @@ class ExperimentRequest:
             iterations=iterations, warmup=warmup, byte_scale=byte_scale,
             dilation=args.dilation, device=args.device,
             threads=args.threads, timeline=args.timeline, output=args.output, plot=args.plot,
+            compression=compression,
         )  # fmt: skip
+
+
+def _compression(args: argparse.Namespace, profile: object | None,
+                 bandwidth: float | None) -> Compression:  # fmt: skip
+    """--compression and --powersgd-rank, checked as POSEIDON_COMPRESSION would be; a lossy
+    allowance is planned by time, which needs the link (and, replayed, the profile)."""
+    from poseidon.config import Config, parse_compression, parse_positive
+
+    allowed = Config(compression=parse_compression(args.compression, "--compression"),
+                     powersgd_rank=parse_positive(str(args.powersgd_rank),
+                                                  "--powersgd-rank")).allowance()  # fmt: skip
+    compression = Compression(*allowed)
+    if compression.kind != "none" and bandwidth is None:
+        raise ValueError(f"--compression {args.compression} plans by time on the link: it "
+                         "needs --bandwidth")  # fmt: skip
+    return compression
 
 
 def _read_hosts(path: str, needed: int) -> list[str]:
@@ -199,6 +219,9 @@ def run_experiment(request: ExperimentRequest) -> int:
         "command": "poseidon " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
     }
+    if request.compression != EXACT:
+        c = request.compression
+        results.info["compression"] = f"{c.kind}:{c.powersgd_rank}"
     dilations = {p: request.scaling_for(p).dilation for p in request.nodes}
     if request.emulate and request.profile is not None:
         results.info["byte_scale"] = request.byte_scale
@@ -222,8 +245,9 @@ def run_experiment(request: ExperimentRequest) -> int:
                 _progress(f"[{number}/{len(cells)}] {label} ...")
                 cell = run_cell(job, sync, nodes, hosts, ssh, port_for(number))
                 cell.mode = mode
-                if "POSEIDON_LAYER_SCHEMES" in job.extra_env:
-                    cell.extra["layer_schemes"] = job.extra_env["POSEIDON_LAYER_SCHEMES"]
+                for setting in ("POSEIDON_LAYER_SCHEMES", "POSEIDON_COMPRESSION"):
+                    if setting in job.extra_env:
+                        cell.extra[setting[len("POSEIDON_") :].lower()] = job.extra_env[setting]
                 if request.emulate and request.profile is not None:
                     cell.extra["dilation"] = job.scaling.dilation
                 results.add(cell)
@@ -292,9 +316,34 @@ def _prepare_cell(request: ExperimentRequest, mode: str, nodes: int) -> tuple[Ce
             job.extra_env["POSEIDON_LAYER_SCHEMES"] = format_layer_schemes(schemes)
             sync = "poseidon"
         else:
-            guess = predict_cell(request.profile, mode, nodes, link)
+            guess = predict_cell(request.profile, mode, nodes, link,
+                                 compression=request.compression)  # fmt: skip
         job.timeout_ms = cell_timeout_ms(guess.iteration_s, job)
+    if request.compression != EXACT and sync == "poseidon":
+        job.extra_env.update(_compression_env(request))
     return job, sync
+
+
+def _compression_env(request: ExperimentRequest) -> dict[str, str]:
+    """The settings of a Poseidon cell whose plan may pick lossy schemes: the allowance,
+    and what the coordinator plans by time with — the link's TCP goodput each way and,
+    replayed, the profile's GEMM rate, as the predictor's plan has them (the replay's layers
+    declare the profile's times: replay.py; real compute measures its own)."""
+    from poseidon.experiments.emulation import TCP_GOODPUT_TBF
+    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET
+    from poseidon.experiments.profile_layout import gemm_rate
+
+    c = request.compression
+    assert request.bandwidth_bps is not None  # _compression() asks for it
+    goodput = TCP_GOODPUT_TBF if request.emulate else TCP_GOODPUT_ETHERNET
+    env = {
+        "POSEIDON_COMPRESSION": c.kind,
+        "POSEIDON_POWERSGD_RANK": str(c.powersgd_rank),
+        "POSEIDON_LINK_RATE": f"{request.bandwidth_bps * goodput:.0f}bit",
+    }
+    if request.profile is not None:
+        env["POSEIDON_GEMM_RATE"] = repr(gemm_rate(request.profile, c.powersgd_rank))
+    return env
 
 
 def _cell_job(request: ExperimentRequest, scaling: Scaling) -> CellJob:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poseidon.experiments.profile import Profile
+from poseidon.experiments.profile import Profile, SfbTiming
 from poseidon.sync.buckets import (
     DEFAULT_BUCKET_CAP_BYTES,
     DEFAULT_FIRST_BUCKET_BYTES,
@@ -61,18 +61,28 @@ def profile_plan(
 
 
 def profile_costs(profile: Profile, spec: Any, nodes: int) -> Any:
-    """The `_C.MeasuredCosts` of a profiled layer, as the predictor charges them: its
-    backward, and SFB's rebuild from K·P rows and the dW it skips (the profile's SFB
-    timing). PowerSGD's products are left to the cost model's formulas at the profile's GEMM
-    rate (the plan's Rates), which the predictor then reads from the plan's estimates."""
+    """The `_C.MeasuredCosts` of a profiled layer, as the predictor charges them
+    (`profiled_costs`)."""
+    layer = profile.layers[spec.layer_id]
+    rows = layer.sync.rows if layer.sync is not None else 0
+    return profiled_costs(layer.backward_s, layer.sfb, spec, rows, nodes)
+
+
+def profiled_costs(backward_s: float, sfb: SfbTiming | None, spec: Any, rows: int,
+                   nodes: int) -> Any:  # fmt: skip
+    """The `_C.MeasuredCosts` a profiled layer declares, whose backward takes `backward_s`
+    with `rows` rows per node: its backward, and SFB's rebuild from rows·nodes rows and the
+    dW it skips (the profile's `sfb` timing). PowerSGD's products are left to the cost
+    model's formulas at the profile's GEMM rate (the plan's Rates), which the predictor then
+    reads from the plan's estimates and the compute replay spends. The predictor and the
+    emulation's replay (replay.py) both declare these."""
     from poseidon import _C
 
-    layer = profile.layers[spec.layer_id]
     costs = _C.MeasuredCosts()
-    costs.backward_s = layer.backward_s
-    if layer.sfb is not None and layer.sync is not None:
-        costs.sfb_rebuild_s = layer.sfb.rebuild_s(spec.m, spec.n, layer.sync.rows * nodes)
-        costs.dw_s = layer.sfb.weight_grad_s
+    costs.backward_s = backward_s
+    if sfb is not None and rows > 0:
+        costs.sfb_rebuild_s = sfb.rebuild_s(spec.m, spec.n, rows * nodes)
+        costs.dw_s = sfb.weight_grad_s
     return costs
 
 

@@ -22,13 +22,21 @@ What a ReplayLayer does:
 - an InnerProduct synchronised by SFB hands the sink factors of the real row count and
   1/s of the real widths, skips the profiled dW share of its backward (what the real layer
   skips), and charges the rebuild GEMM at the profile's rate for K·P1 rows: the rebuild
-  grows with the cluster, as it does on a real device.
+  grows with the cluster, as it does on a real device;
+- lossy schemes (the job's POSEIDON_COMPRESSION): each layer declares its byte scale, so the
+  plan cuts PowerSGD's parts from a matrix of 1/s of the real rows and columns (plan.h,
+  Note [byte-scaled layers]) and the stand-in really compresses it, error feedback and
+  all; each encoding and the decode spend the plan's estimate of that step on the device
+  clock (`replay_compute`). BF16 layers move 2-byte floats of 1/s of the bytes. When the
+  coordinator plans by time, the layers declare the profile's backward and SFB timings
+  (`profiled_costs`, the predictor's), not this machine's on 1/s of the bytes.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import torch
 
@@ -42,6 +50,7 @@ from caffe.training_hooks import HookSlot
 from poseidon.experiments.clock import device_clock
 from poseidon.experiments.netspec import data_batch
 from poseidon.experiments.profile import Profile, ProfileError, SfbTiming
+from poseidon.experiments.profile_layout import profiled_costs
 from poseidon.sync.layout import CommShape
 
 MODULE = "poseidon.experiments.replay"
@@ -173,6 +182,19 @@ class ReplayLayer(Layer):
         if self.shape is None or self.shape.kind != "FC":
             raise self.error("sufficient factors asked of a layer that is not an FC layer")
         return self.shape.m, self.shape.n
+
+    # ----- the plan by time, and the codecs' compute -----------------------------------------
+    def profiled_costs(self, spec: Any, workers: int) -> Any:
+        """What the replayed device's layer declares to the coordinator when it plans by time:
+        the profile's backward and SFB timings, as the predictor charges them."""
+        rows = self.shape.rows if self.shape is not None else 0
+        return profiled_costs(self.backward_s, self.sfb, spec, rows, workers)
+
+    def replay_compute(self, seconds: float) -> None:
+        """A codec step of this layer's lossy scheme (PowerSGD's encodings and decode),
+        spent on the device clock at the plan's estimate: the stand-in computes on 1/s of
+        the bytes, the replayed device on all of them."""
+        device_clock().spend(seconds)
 
     # ----- the layer sequence ----------------------------------------------------------------
     def setup(self, bottom, top):

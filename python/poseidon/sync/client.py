@@ -10,7 +10,7 @@ layer's gradient is; everything else is here, written once.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -101,9 +101,13 @@ class SyncClient:
         return {lp.layer_id: _C.scheme_name(lp.scheme) for lp in plan.layers}
 
     # ----- rounds ---------------------------------------------------------------------------
-    def dense_round(self, layer: SyncLayer, diff: torch.Tensor) -> LayerRound:
+    def dense_round(
+        self, layer: SyncLayer, diff: torch.Tensor,
+        replay_compute: Callable[[float], None] | None = None,
+    ) -> LayerRound:  # fmt: skip
         """The round of `layer`, whose gradient is the flat float32 range `diff`, under the
-        scheme the plan gave it: PS, BF16 or PowerSGD."""
+        scheme the plan gave it: PS, BF16 or PowerSGD. `replay_compute`: a compute replay's
+        device, which spends the plan's estimated seconds of each PowerSGD step."""
         assert self.plan is not None, "agree on the plan first"
         planned = self.plan.find(layer.index)
         scheme = _C.scheme_name(planned.scheme) if planned is not None else "PS"
@@ -115,7 +119,8 @@ class SyncClient:
                                         seed_draw=self.seed_draws[layer.index],
                                         continuation=self.continuation,
                                         side_stream=self.side_stream,
-                                        comm_thread=self.comm_thread)  # fmt: skip
+                                        comm_thread=self.comm_thread,
+                                        replay_compute=replay_compute)  # fmt: skip
         return self._add(LayerRound(self.worker, layer, scheme, diff=diff, powersgd=exchange,
                                     device=self.device, side_stream=self.side_stream,
                                     comm_thread=self.comm_thread))  # fmt: skip

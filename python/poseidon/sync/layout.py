@@ -46,6 +46,9 @@ class SyncLayer:
     # The weight at the range's start is stored N × M, not M × N (Caffe's InnerProduct with
     # transpose: true): PowerSGD reorders it (sync/powersgd_round.py).
     transposed: bool = False
+    # The compute replay's stand-in: its range holds 1/byte_scale of the real layer's floats
+    # (plan.h, Note [byte-scaled layers]); 1 for every real layer.
+    byte_scale: int = 1
 
     @property
     def num_floats(self) -> int:

@@ -13,9 +13,14 @@ order), so the training thread never waits for part 0: backward goes on, and a l
 round starts the moment its P sum is back, as WFBP wants. The sums are SUMS; decode leaves
 the MEAN in the gradient range, so `finish` does not scale again.
 
-The matrix is the cost model's M × N (M outputs). A weight stored N × M (Caffe's
-InnerProduct with transpose: true) goes through a scratch copy in M × N order, so that the
-parts' sizes are the plan's.
+The matrix is the plan's (`LayerPlan.matrix_m` × `matrix_n`): the cost model's M × N (M
+outputs). A weight stored N × M (Caffe's InnerProduct with transpose: true) goes through a
+scratch copy in M × N order, so that the parts' sizes are the plan's. The compute replay's
+byte-scaled stand-in (plan.h, Note [byte-scaled layers]) holds 1/s of the weight's floats and
+compresses a matrix of 1/s of its rows and columns, the weight's first floats; the rest
+follows the weight in the range, so it goes through a scratch copy too, and the weight's
+floats past the matrix are left as they are. Its device spends the plan's estimated seconds
+of each step (`replay_compute`), as the real one spends them computing.
 
 Note [PowerSGD on CUDA]. Encoding runs on the compute stream in the training thread (it is
 queued work, no wait); the wire's parts cross to and from pinned host memory on the side
@@ -45,22 +50,34 @@ class PowerSGDExchange:
     def __init__(self, worker: Any, layer: SyncLayer, planned: Any, diff: torch.Tensor, *,
                  seed_draw: int, continuation: ThreadPoolExecutor,
                  side_stream: torch.cuda.Stream | None = None,
-                 comm_thread: ThreadPoolExecutor | None = None) -> None:  # fmt: skip
-        m, n = layer.shape.m, layer.shape.n
-        if m * n > diff.numel():
+                 comm_thread: ThreadPoolExecutor | None = None,
+                 replay_compute: Callable[[float], None] | None = None) -> None:  # fmt: skip
+        m, n = planned.matrix_m, planned.matrix_n
+        rank = max(1, planned.rank)
+        rest = planned.parts[0].num_floats - rank * m if planned.parts else -1
+        # Where the rest starts: after the weight (m·n floats; a stand-in's 1/s of them).
+        self.weight_floats = diff.numel() - rest
+        if rest < 0 or m * n > self.weight_floats:
             raise ValueError(f"layer {layer.name!r}: a {m}x{n} weight does not fit its "
                              f"{diff.numel()} gradient floats")  # fmt: skip
+        if layer.transposed and layer.byte_scale != 1:
+            raise ValueError(f"layer {layer.name!r}: a transposed weight cannot be byte-scaled")
         self.worker, self.layer, self.diff = worker, layer, diff
         self.continuation, self.side_stream = continuation, side_stream
-        self.comm_thread = comm_thread
-        self.codec = PowerSGDLayer(m, n, max(1, planned.rank), rest=diff.numel() - m * n,
-                                   seed_draw=seed_draw, device=diff.device)  # fmt: skip
+        self.comm_thread, self.replay_compute = comm_thread, replay_compute
+        self.estimate = planned.estimate
+        self.m, self.n = m, n
+        self.codec = PowerSGDLayer(m, n, rank, rest=rest, seed_draw=seed_draw,
+                                   device=diff.device)  # fmt: skip
         if self.codec.wire_floats != planned.wire_floats:
             raise ValueError(f"layer {layer.name!r}: PowerSGD's wire is {self.codec.wire_floats} "
                              f"floats, the plan's {planned.wire_floats}")  # fmt: skip
         self.on_cuda = diff.device.type == "cuda"
-        # The gradient in M x N order: the range itself, or a scratch copy (Note above).
-        self.grad = torch.empty_like(diff) if layer.transposed else diff
+        # The gradient as [m x n matrix | rest]: the range itself, or a scratch copy (Note
+        # above).
+        direct = not layer.transposed and m * n == self.weight_floats
+        self.grad = diff if direct else torch.empty(m * n + rest, dtype=diff.dtype,
+                                                    device=diff.device)  # fmt: skip
         self.wire = torch.zeros(self.codec.wire_floats, dtype=torch.float32, device=diff.device)
         self.host = torch.zeros(self.wire.numel(), dtype=torch.float32).pin_memory() \
             if self.on_cuda else self.wire  # fmt: skip
@@ -71,9 +88,10 @@ class PowerSGDExchange:
     def submit(self, iteration: int) -> Future:
         """Encode P and start part 0's sum; the continuation starts part 1's. Returns a future
         of part 1's handle."""
-        if self.layer.transposed:
+        if self.grad is not self.diff:
             self._reorder(self.diff, self.grad, to_plan=True)
         self.codec.encode_p(self.grad, self.wire)
+        self._replayed(self.estimate.encode_s)
         copied = self._to_host(self.part0)
         index = self.layer.index
 
@@ -95,6 +113,7 @@ class PowerSGDExchange:
         with self._side():
             self._to_device(self.part0)
             self.codec.encode_q(self.wire)
+            self._replayed(self.estimate.between_s)
             copied = self._to_host(self.part1)
         if copied is not None:
             copied.synchronize()
@@ -105,7 +124,8 @@ class PowerSGDExchange:
         with self._side():
             self._to_device(self.part1)
             self.codec.decode(self.wire, self.grad, num_workers)
-            if self.layer.transposed:
+            self._replayed(self.estimate.finish_s)
+            if self.grad is not self.diff:
                 self._reorder(self.grad, self.diff, to_plan=False)
             done = torch.cuda.Event() if self.on_cuda else None
             if done is not None:
@@ -122,15 +142,24 @@ class PowerSGDExchange:
         self.codec.load_state_dict(state)
 
     # ----- helpers ---------------------------------------------------------------------------
+    def _replayed(self, seconds: float) -> None:
+        if self.replay_compute is not None:
+            self.replay_compute(seconds)
+
     def _reorder(self, source: torch.Tensor, target: torch.Tensor, to_plan: bool) -> None:
-        """Between the stored N x M weight and the M x N order of the plan; the rest as is."""
-        m, n = self.layer.shape.m, self.layer.shape.n
+        """Between the layer's range and the scratch [m x n matrix | rest]: a stored N x M
+        weight transposed, a stand-in's matrix taken from its weight's first floats."""
+        m, n, w = self.m, self.n, self.weight_floats
         stored, planned = (source, target) if to_plan else (target, source)
+        matrix = planned[: m * n].view(m, n)
+        flat = stored[: m * n]
+        weight = flat.view(n, m).t() if self.layer.transposed else flat.view(m, n)
         if to_plan:
-            planned[: m * n].view(m, n).copy_(stored[: m * n].view(n, m).t())
+            matrix.copy_(weight)
+            planned[m * n :].copy_(stored[w:])
         else:
-            stored[: m * n].view(n, m).copy_(planned[: m * n].view(m, n).t())
-        target[m * n :].copy_(source[m * n :])
+            weight.copy_(matrix)
+            stored[w:].copy_(planned[m * n :])
 
     def _side(self) -> Any:
         return torch.cuda.stream(self.side_stream) if self.on_cuda else contextlib.nullcontext()

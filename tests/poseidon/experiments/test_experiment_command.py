@@ -49,6 +49,8 @@ def experiment(*extra: str) -> list[str]:
         ),
         (["--byte-scale", "3"], "--byte-scale 3 (want a power of two"),
         (["--iterations", "0"], "--iterations and --threads must be >= 1"),
+        (["--compression", "zip"], "--compression='zip': want one of none, bf16, powersgd"),
+        (["--compression", "auto", "--powersgd-rank", "0"], "--powersgd-rank='0': want an"),
     ],
 )
 def test_bad_experiment_input(capsys, args, message):
@@ -198,3 +200,28 @@ def test_predict_prints_the_table_and_writes_the_json(capsys, tmp_path):
             )
             / cell["iteration_s"]
         )
+
+
+def test_a_lossy_poseidon_cell_plans_by_time_with_the_link_and_the_profile(monkeypatch):
+    import argparse
+
+    from poseidon.commands.experiment import add_arguments
+    from poseidon.experiments import emulation
+    from poseidon.experiments.experiment import ExperimentRequest, _prepare_cell
+    from poseidon.experiments.profile_layout import gemm_rate
+
+    monkeypatch.setattr(emulation, "check_can_emulate", lambda: None)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    request = ExperimentRequest.from_args(
+        parser.parse_args(experiment("--compression", "auto:2", "--nodes", "1,2")[1:])
+    )
+    job, sync = _prepare_cell(request, "poseidon", 2)
+    assert sync == "poseidon"
+    assert job.extra_env["POSEIDON_COMPRESSION"] == "auto"
+    assert job.extra_env["POSEIDON_POWERSGD_RANK"] == "2"
+    # tc's framing: the TCP goodput through the emulated link, as the predictor's `tbf`.
+    assert job.extra_env["POSEIDON_LINK_RATE"] == f"{10e9 * emulation.TCP_GOODPUT_TBF:.0f}bit"
+    assert float(job.extra_env["POSEIDON_GEMM_RATE"]) == gemm_rate(request.profile, 2) > 0
+    other, _ = _prepare_cell(request, "wfbp", 2)  # every layer PS: nothing to allow
+    assert not any(k in other.extra_env for k in ("POSEIDON_COMPRESSION", "POSEIDON_LINK_RATE"))

@@ -5,6 +5,7 @@ not describe the net is refused by name."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -189,3 +190,47 @@ def test_a_cpu_is_its_own_host_so_its_replay_gives_no_back_to_back_credit(
         device.spend(0.004)
         fake.work(0.001)
     assert fake.perf_counter() - started == pytest.approx(0.0502, abs=1e-9)
+
+
+def test_a_replayed_powersgd_layer_moves_a_scaled_wire_and_spends_the_plans_compute(
+    tmp_path, profile
+):
+    # Two replay workers on loopback, byte scale 4, fc forced to PowerSGD (and, beside it, to
+    # PS): the workers end with the same weights, and the PowerSGD run's device spent
+    # exactly the plan's estimate of its encodings and decode more per iteration.
+    import json
+    import subprocess
+    import sys
+
+    from poseidon.experiments.run import RESULT_MARK
+    from poseidon.plan import layer_specs
+
+    (tmp_path / "net.prototxt").write_text(SMALL)
+    path = str(tmp_path / "p.json")
+    profile.save(path)
+    compute = {}
+    for scheme in ("ps", "powersgd"):
+        env = {**os.environ, "POSEIDON_COMPRESSION": "powersgd", "POSEIDON_POWERSGD_RANK": "4",
+               "POSEIDON_LINK_RATE": "100mbit", "POSEIDON_GEMM_RATE": "1e6",
+               "POSEIDON_LAYER_SCHEMES": f"fc={scheme}", "GLOG_minloglevel": "1"}  # fmt: skip
+        command = [sys.executable, "-m", "poseidon.cli", "launch", "-n", "2", "--",
+                   sys.executable, "-m", "poseidon.experiments.worker", "--model",
+                   str(tmp_path / "net.prototxt"), "--profile", path, "--byte-scale", "4",
+                   "--warmup", "1", "--iterations", "2"]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results = [json.loads(line.partition(RESULT_MARK)[2])
+                   for line in done.stdout.splitlines() if RESULT_MARK in line]  # fmt: skip
+        assert len(results) == 2
+        assert results[0]["checksum"] == results[1]["checksum"]
+        compute[scheme] = results[0]["compute_s"]
+    replay = replay_net(profile, byte_scale=4)
+    specs = layer_specs(sync_layout(replay), 1, "poseidon", "auto", {"fc": "powersgd"})
+    plan = _C.make_plan(specs, 2, 2, rates=_C.Rates(0.0, 1e6, 0.0))
+    fc = next(lp for lp in plan.layers if lp.name == "fc")
+    assert (fc.matrix_m, fc.matrix_n) == (4, 6)  # 5 x 24 at 1/4: rows and columns up to r
+    e = fc.estimate
+    assert e.encode_s + e.between_s + e.finish_s > 1e-3
+    assert compute["powersgd"] - compute["ps"] == pytest.approx(
+        e.encode_s + e.between_s + e.finish_s, rel=1e-6
+    )

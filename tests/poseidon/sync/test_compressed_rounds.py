@@ -81,7 +81,9 @@ def planned(m: int = M, n: int = N, rest: int = REST, rank: int = RANK) -> Simpl
     first = r * m + rest
     parts = [SimpleNamespace(offset=0, num_floats=first),
              SimpleNamespace(offset=first, num_floats=r * n)]  # fmt: skip
-    return SimpleNamespace(rank=r, wire_floats=first + r * n, parts=parts)
+    no_time = SimpleNamespace(encode_s=0.0, between_s=0.0, finish_s=0.0)
+    return SimpleNamespace(rank=r, wire_floats=first + r * n, parts=parts, matrix_m=m,
+                           matrix_n=n, estimate=no_time)  # fmt: skip
 
 
 def sync_layer(transposed: bool = False) -> SyncLayer:
@@ -210,6 +212,64 @@ def test_a_wire_the_plan_does_not_share_is_refused():
     job = Job(1, two_parts())
     refused = r"layer 'fc': PowerSGD's wire is \d+ floats, the plan's 7"
     with pytest.raises(ValueError, match=refused):
-        PowerSGDExchange(job.workers[0], sync_layer(), SimpleNamespace(
-            rank=RANK, wire_floats=7, parts=planned().parts), torch.zeros(M * N + REST),
-            seed_draw=1, continuation=ThreadPoolExecutor(1))  # fmt: skip
+        wrong = planned()
+        wrong.wire_floats = 7
+        PowerSGDExchange(job.workers[0], sync_layer(), wrong, torch.zeros(M * N + REST),
+                         seed_draw=1, continuation=ThreadPoolExecutor(1))  # fmt: skip
+
+
+def test_the_replays_byte_scaled_stand_in_compresses_a_scaled_matrix_and_spends_the_plan():
+    # plan.h, Note [byte-scaled layers]: a 64 x 40 FC layer with a 64-float bias, replayed at
+    # byte scale 4: blobs of 640 and 16 floats; PowerSGD on a 16 x 10 matrix at the
+    # weight's start, the bias exact, the weight's other floats untouched; each step spends
+    # the plan's estimate on the replayed device.
+    from poseidon import _C
+    from poseidon.plan import layer_spec
+
+    m, n, s, workers = 64, 40, 4, 3
+    floats = m * n // s + m // s
+    spec = layer_spec(3, "fc", "FC", m, n, 8, floats, "powersgd", byte_scale=s)
+    rates = _C.Rates(1e6, 1e9, 0.0)
+    plan = _C.make_plan([spec], workers, workers, 1 << 20, rates=rates).layers[0]
+    assert (plan.matrix_m, plan.matrix_n, plan.rank) == (16, 10, 4)
+    assert [p.num_floats for p in plan.parts] == [4 * 16 + 16, 4 * 10]
+    e = plan.estimate
+    assert min(e.encode_s, e.between_s, e.finish_s) > 0
+    layer = SyncLayer(3, "fc", 0, floats, (0, 1), False, CommShape("FC", m, n, 8), False, s)
+    job = Job(workers, [slice(p.offset, p.offset + p.num_floats) for p in plan.parts])
+    continuation = ThreadPoolExecutor(1)
+    spent: list[list[float]] = [[] for _ in range(workers)]
+    rounds = []
+    for worker in job.workers:
+        exchange = PowerSGDExchange(worker, layer, plan, torch.zeros(floats), seed_draw=7,
+                                    continuation=continuation,
+                                    replay_compute=spent[worker.rank].append)  # fmt: skip
+        rounds.append(LayerRound(worker, layer, "PowerSGD", powersgd=exchange))
+    grads = [torch.randn(floats, generator=torch.Generator().manual_seed(r))
+             for r in range(workers)]  # fmt: skip
+    try:
+        for r, grad in zip(rounds, grads):
+            r.diff.copy_(grad)
+            r.submit(0)
+        for r in rounds:
+            r.finish(workers)
+    finally:
+        continuation.shutdown()
+    weight = m * n // s
+    codecs = [PowerSGDLayer(16, 10, 4, rest=16, seed_draw=7) for _ in range(workers)]
+    wires = [torch.zeros(c.wire_floats) for c in codecs]
+    for codec, grad, wire in zip(codecs, grads, wires):
+        codec.encode_p(torch.cat([grad[:160], grad[weight:]]), wire)
+    p_sum = sum(c.parts(w)[0].clone() for c, w in zip(codecs, wires))
+    for codec, wire in zip(codecs, wires):
+        codec.parts(wire)[0].copy_(p_sum)
+        codec.encode_q(wire)
+    q_sum = sum(c.parts(w)[1].clone() for c, w in zip(codecs, wires))
+    want = torch.zeros(160 + 16)
+    codecs[0].parts(wires[0])[1].copy_(q_sum)
+    codecs[0].decode(wires[0], want, workers)
+    for rank, r in enumerate(rounds):
+        torch.testing.assert_close(r.diff[:160], want[:160], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(r.diff[weight:], want[160:])  # the bias: the exact mean
+        assert torch.equal(r.diff[160:weight], grads[rank][160:weight])  # left as it was
+        assert spent[rank] == [e.encode_s, e.between_s, e.finish_s]
