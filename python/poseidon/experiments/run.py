@@ -229,6 +229,8 @@ def run_cell(
         / (slowest["wall_iteration_s"] * (os.cpu_count() or 1)),
         "job_s": round(time.monotonic() - started, 1),
     }
+    if found[0].get("schemes"):
+        extra["schemes"] = found[0]["schemes"]  # the plan: the same on every worker
     return Cell(mode, nodes, slowest["iteration_s"], extra=extra)
 
 

@@ -10,7 +10,8 @@ and peers come from the POSEIDON_* variables the launcher sets, exactly as for `
 the same caffe.parallel attach. After W warm-up iterations it times N iterations between
 two barriers (every worker measures the same window) and prints one line,
 `RESULT {json}`: iteration_s (undilated), the bytes it moved per iteration, its clock's
-statistics and a checksum of its weights (the experiment checks that workers agree).
+statistics, a checksum of its weights (the experiment checks that workers agree) and the
+plan's layers served other than by PS.
 """
 
 from __future__ import annotations
@@ -139,12 +140,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # node costs the machine that emulates it (run.py: choose_dilation).
             "host_cpu_s": cpu / n,
             "checksum": float(solver.net.param_data.double().sum()),
+            "schemes": planned_schemes(sync),
         }
     except BaseException as e:
         error = e
         raise
     finally:
         sync.close(error)
+
+
+def planned_schemes(sync: Any) -> dict[str, str]:
+    """The layers the plan serves other than by PS (SFB and the lossy schemes), by name;
+    empty for the all-reduce baseline."""
+    from poseidon import _C
+    from poseidon.plan import BROADCAST_NAME
+
+    plan = getattr(sync, "plan", None)
+    if plan is None:
+        return {}
+    return {lp.name: _C.scheme_name(lp.scheme) for lp in plan.layers
+            if lp.scheme != _C.Scheme.PS and lp.name != BROADCAST_NAME}  # fmt: skip
 
 
 def solver_rank_of(sync: Any) -> int:

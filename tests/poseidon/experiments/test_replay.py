@@ -212,7 +212,7 @@ def test_a_replayed_powersgd_layer_moves_a_scaled_wire_and_spends_the_plans_comp
     for scheme in ("ps", "powersgd"):
         env = {**os.environ, "POSEIDON_COMPRESSION": "powersgd", "POSEIDON_POWERSGD_RANK": "4",
                "POSEIDON_LINK_RATE": "100mbit", "POSEIDON_GEMM_RATE": "1e6",
-               "POSEIDON_LAYER_SCHEMES": f"fc={scheme}", "GLOG_minloglevel": "1"}  # fmt: skip
+               "POSEIDON_LAYER_SCHEMES": f"conv1=ps,conv2=ps,fc={scheme}", "GLOG_minloglevel": "1"}  # fmt: skip
         command = [sys.executable, "-m", "poseidon.cli", "launch", "-n", "2", "--",
                    sys.executable, "-m", "poseidon.experiments.worker", "--model",
                    str(tmp_path / "net.prototxt"), "--profile", path, "--byte-scale", "4",
@@ -223,9 +223,11 @@ def test_a_replayed_powersgd_layer_moves_a_scaled_wire_and_spends_the_plans_comp
                    for line in done.stdout.splitlines() if RESULT_MARK in line]  # fmt: skip
         assert len(results) == 2
         assert results[0]["checksum"] == results[1]["checksum"]
+        assert results[0]["schemes"] == ({"fc": "PowerSGD"} if scheme == "powersgd" else {})
         compute[scheme] = results[0]["compute_s"]
     replay = replay_net(profile, byte_scale=4)
-    specs = layer_specs(sync_layout(replay), 1, "poseidon", "auto", {"fc": "powersgd"})
+    forced = {"conv1": "ps", "conv2": "ps", "fc": "powersgd"}
+    specs = layer_specs(sync_layout(replay), 1, "poseidon", "auto", forced)
     plan = _C.make_plan(specs, 2, 2, rates=_C.Rates(0.0, 1e6, 0.0))
     fc = next(lp for lp in plan.layers if lp.name == "fc")
     assert (fc.matrix_m, fc.matrix_n) == (4, 6)  # 5 x 24 at 1/4: rows and columns up to r
