@@ -212,7 +212,8 @@ def test_a_replayed_powersgd_layer_moves_a_scaled_wire_and_spends_the_plans_comp
     for scheme in ("ps", "powersgd"):
         env = {**os.environ, "POSEIDON_COMPRESSION": "powersgd", "POSEIDON_POWERSGD_RANK": "4",
                "POSEIDON_LINK_RATE": "100mbit", "POSEIDON_GEMM_RATE": "1e6",
-               "POSEIDON_LAYER_SCHEMES": f"conv1=ps,conv2=ps,fc={scheme}", "GLOG_minloglevel": "1"}  # fmt: skip
+               "POSEIDON_LAYER_SCHEMES": f"conv1=ps,conv2=ps,fc={scheme}",
+               "GLOG_minloglevel": "1"}  # fmt: skip
         command = [sys.executable, "-m", "poseidon.cli", "launch", "-n", "2", "--",
                    sys.executable, "-m", "poseidon.experiments.worker", "--model",
                    str(tmp_path / "net.prototxt"), "--profile", path, "--byte-scale", "4",
