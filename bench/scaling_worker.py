@@ -23,10 +23,10 @@ def main() -> int:
     solver = get_solver(solver_path)
     sync = attach_from_environment(solver)
     solver.step(warmup)
-    sync.worker.barrier("timed")
+    sync.barrier("timed")
     start = time.perf_counter()
     solver.step(iters)
-    sync.worker.barrier("done")
+    sync.barrier("done")
     elapsed = time.perf_counter() - start
     checksum = float(solver.net.param_data.double().abs().sum())
     print(f"RESULT rank={sync.rank} iters_per_s={iters / elapsed:.4f} checksum={checksum:.9e}",

@@ -42,8 +42,12 @@ history stay identical everywhere; rank 0 alone tests, displays and snapshots.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
+import sys
+import weakref
 from typing import Any
 
 import torch
@@ -110,6 +114,8 @@ class PoseidonSync:
         self.rounds = [self._make_round(layer) for layer in layout]
         self.by_index = {r.index: r for r in self.rounds}
         self._attach()
+        self._closed = False
+        _live.add(self)
 
     # ----- setup --------------------------------------------------------------------------
     def _agree_on_plan(self, layout: list, force_scheme: str,
@@ -384,7 +390,12 @@ class PoseidonSync:
     @distributed_errors
     def close(self, error: BaseException | None = None) -> None:
         """Finish cleanly, or abort the whole job with the reason if training failed; either
-        way every callback and hook this syncer attached is removed."""
+        way every callback and hook this syncer attached is removed. A second call does
+        nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        _live.discard(self)
         try:
             if error is None:
                 self.flush()
@@ -411,3 +422,22 @@ class PoseidonSync:
     def barrier(self, name: str) -> None:
         """Every worker reaches this point (experiments time the same window on all)."""
         self.client.worker.barrier(name)
+
+
+# ----- interpreter exit ------------------------------------------------------------------------
+# A script that attaches a syncer and ends without closing it — an exception, or no close() —
+# would leave the comm core's threads running into the interpreter's teardown (the process
+# then dies in std::terminate, and the peers learn only that it vanished). At exit each live
+# syncer is closed: aborting the job with the exception that ends the program (Python leaves
+# it in sys.last_value) so that every worker stops with its reason, or cleanly.
+_live: weakref.WeakSet[PoseidonSync] = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    error = getattr(sys, "last_value", None)
+    for sync in list(_live):
+        with contextlib.suppress(Exception):
+            sync.close(error)
+
+
+atexit.register(_close_all)

@@ -185,3 +185,42 @@ def test_a_frozen_worker_ends_the_job_promptly_and_is_named_last(tmp_path):
     assert re.match(r"\[launch\] job failed: worker 1 \(127\.0\.0\.1:\d+\) missed heartbeats",
                     last), last  # fmt: skip
     assert not alive(frozen[0])
+
+
+SCRIPT = """
+import sys
+from caffe.parallel import attach_from_environment, prepare_worker
+from caffe.solvers import get_solver
+
+prepare_worker()
+solver = get_solver(sys.argv[1])
+sync = attach_from_environment(solver)
+solver.step(2)
+if sys.argv[2] == "raise" and sync.rank == 1:
+    raise RuntimeError("the user's script failed on purpose")
+# no sync.close(): the interpreter's exit closes it
+print("RESULT", sync.rank, float(solver.net.param_data.double().sum()), flush=True)
+"""
+
+
+@pytest.mark.parametrize("ending", ["raise", "no-close"])
+def test_a_script_that_ends_without_closing_its_syncer_ends_the_job_cleanly(tmp_path, ending):
+    # The interpreter's exit closes a live syncer: with the exception that ends the script
+    # (every worker stops naming it), or cleanly (both finish, same weights) — never a
+    # process torn down under running comm-core threads (std::terminate, status 134).
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    solver = write_case(str(tmp_path), "s", 100)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [*LAUNCH, "--", sys.executable, str(script), solver, ending]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    output = done.stdout + done.stderr
+    assert "terminate called" not in output and "status 134" not in output, output[-4000:]
+    if ending == "raise":
+        assert done.returncode != 0
+        assert output.count("the user's script failed on purpose") >= 2, output[-4000:]
+        return
+    assert done.returncode == 0, output[-4000:]
+    sums = re.findall(r"RESULT (\d) (\S+)", done.stdout)
+    assert len(sums) == 2 and sums[0][1] == sums[1][1], output[-4000:]
