@@ -1,5 +1,6 @@
 """How a Caffe training process joins a job and attaches to its Solver: from POSEIDON_*
-variables (`poseidon launch`, `caffe train` under any launcher), from a uid (pycaffe's
+variables (`poseidon launch`; `caffe train` under srun, mpirun or torchrun with
+POSEIDON_ROLE=worker, a job the tasks host among themselves), from a uid (pycaffe's
 caffe.NCCL), or, with POSEIDON_SYNC=allreduce, the DDP-style baseline's process group.
 Joining itself is the core's (poseidon/sync/job.py); this file turns the job's settings
 into a syncer of the Solver and the core's failures into the engine's errors.
@@ -17,9 +18,10 @@ from caffe.parallel.errors import distributed_errors
 from caffe.parallel.syncer import PoseidonSync
 from poseidon import rendezvous
 from poseidon.config import SettingError
+from poseidon.sync import managers
 from poseidon.sync.allreduce import Rendezvous
 from poseidon.sync.client import SyncClient
-from poseidon.sync.job import JoinError, Session, connect
+from poseidon.sync.job import JoinError, Session, connect, job_config
 
 
 def worker_config() -> poseidon.Config:
@@ -32,7 +34,9 @@ def worker_config() -> poseidon.Config:
 
 @distributed_errors
 def _rendezvous(config: poseidon.Config) -> Rendezvous:
-    """sync=allreduce: torchrun's MASTER_ADDR/MASTER_PORT, the rest from the settings."""
+    """sync=allreduce: torchrun's MASTER_ADDR/MASTER_PORT (or those SLURM's and
+    single-machine MPI's variables imply), the rest from the settings."""
+    managers.apply_meeting_point()
     return Rendezvous.from_env(
         rank=config.rank, world_size=config.num_workers, local_rank=config.local_rank,
         timeout_s=config.timeout_ms / 1000.0,
@@ -67,7 +71,16 @@ def attach_from_environment(
             bucket_cap_bytes=config.bucket_cap_bytes,
             first_bucket_bytes=config.first_bucket_bytes,
         )  # fmt: skip
-    return join(solver, config, broadcast_weights=broadcast_weights)
+    return _join_environment_job(solver, broadcast_weights)
+
+
+@distributed_errors
+def _join_environment_job(solver: Any, broadcast_weights: bool) -> PoseidonSync:
+    """Started by `poseidon launch`: join its job. Started by a cluster manager (srun,
+    mpirun, torchrun) with POSEIDON_ROLE=worker: the tasks host the job among themselves —
+    rank 0 the coordinator, every rank its KV-store shard (poseidon/sync/job.py)."""
+    config, hosted = job_config()
+    return join(solver, config, broadcast_weights=broadcast_weights, host_coordinator=hosted)
 
 
 @distributed_errors

@@ -13,6 +13,8 @@ join through here.
   draws, reaches the others through torch.distributed's default group when one exists, else
   through a TCPStore of our own at MASTER_ADDR:(MASTER_PORT+2) — as trusted as torchrun's own
   rendezvous, no more. A process may join several jobs one after another.
+  SLURM (`srun`) and Open MPI (`mpirun`) set the ranks but no address: managers.py derives
+  MASTER_ADDR and MASTER_PORT from what they do set, where it can.
 - pycaffe's `caffe.NCCL(solver, uid)`: the processes host the job among themselves from a
   uid (poseidon/rendezvous.py); rank 0 runs the coordinator (`connect(...,
   host_coordinator=True)`).
@@ -32,6 +34,7 @@ import poseidon
 from poseidon import _C, rendezvous
 from poseidon.config import LAUNCHER_SIZE, Config, SettingError
 from poseidon.failures import explain
+from poseidon.sync import managers
 
 LOCALHOST = "127.0.0.1"
 TOKEN_KEY = "poseidon/token"
@@ -132,6 +135,8 @@ def _shared_token(rank: int, size: int, env: os._Environ[str] | dict[str, str],
 def job_config(overrides: dict[str, object] | None = None) -> tuple[Config, bool]:
     """This process's worker settings, and whether it must host the job itself."""
     env = os.environ
+    if not _launched_by_poseidon(env):
+        managers.apply_meeting_point(env)  # SLURM's and single-machine MPI's MASTER_ADDR
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     try:
         if _launched_by_poseidon(env):
@@ -147,9 +152,13 @@ def job_config(overrides: dict[str, object] | None = None) -> tuple[Config, bool
     if "MASTER_ADDR" not in env:
         size = next((f"{name}={env[name]}" for name in LAUNCHER_SIZE if name in env),
                     f"POSEIDON_NUM_WORKERS={probe.num_workers}")  # fmt: skip
+        across = ""
+        if "OMPI_COMM_WORLD_SIZE" in env:
+            across = ("; Open MPI across machines names no host: pass `mpirun -x "
+                      "MASTER_ADDR=<the first host> ...`")  # fmt: skip
         raise JoinError(f"worker {probe.rank}: a job of {probe.num_workers} workers ({size}) "
                         "but no address to meet at: set MASTER_ADDR and MASTER_PORT (torchrun "
-                        "does), or start the job with `poseidon launch`",
+                        f"does), or start the job with `poseidon launch`{across}",
                         stage="settings")  # fmt: skip
     token = _shared_token(probe.rank, probe.num_workers, env, probe.timeout_ms / 1e3)
     return probe.replace(token=token, num_servers=probe.num_workers, colocate=True), True

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from poseidon.config import LAUNCHER_RANK, LAUNCHER_SIZE
 from tests.poseidon.torch.models import CASES, GLOBAL_BATCH, batches
 
 
@@ -61,9 +62,12 @@ def train_case(case: str, steps: int, out_dir: Path, rank: int, size: int,
 
 def main() -> int:
     out_dir, steps, cases = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-    distributed = "WORLD_SIZE" in os.environ or "POSEIDON_ROLE" in os.environ
-    rank = int(os.environ.get("RANK", os.environ.get("POSEIDON_RANK", "0")))
-    size = int(os.environ.get("WORLD_SIZE", os.environ.get("POSEIDON_NUM_WORKERS", "1")))
+    # Rank and size as poseidon.torch reads them: POSEIDON_*, or a launcher's / manager's.
+    ranks = ("POSEIDON_RANK", *LAUNCHER_RANK)
+    sizes = ("POSEIDON_NUM_WORKERS", *LAUNCHER_SIZE)
+    distributed = "POSEIDON_ROLE" in os.environ or any(n in os.environ for n in sizes)
+    rank = int(next((os.environ[n] for n in ranks if n in os.environ), "0"))
+    size = int(next((os.environ[n] for n in sizes if n in os.environ), "1"))
     if os.environ.get("INIT_PROCESS_GROUP"):  # the token then comes through torch.distributed
         import torch.distributed as dist
 
