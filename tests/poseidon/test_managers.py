@@ -92,7 +92,6 @@ def mpirun(count: int, command: list[str], cwd: Path, **env: str) -> str:
 
 @needs_mpirun
 def test_caffe_train_under_mpirun_equals_one_process_on_the_global_batch(tmp_path):
-    from caffe.formats.weights_io import read_caffemodel
     from tests.caffe.parallel.job import BATCH, reference_weights, write_solver
 
     workers, iters = 3, 20
@@ -101,32 +100,51 @@ def test_caffe_train_under_mpirun_equals_one_process_on_the_global_batch(tmp_pat
     solver = write_solver(str(tmp_path), BATCH, iters, name="mpi", snapshots=snapshots)
     caffe = [sys.executable, "-m", "caffe.tools.cli", "train", "--solver", solver]
     mpirun(workers, caffe, tmp_path, POSEIDON_ROLE="worker")
-    trained = read_caffemodel(f"{prefix}_iter_{iters}.caffemodel")  # rank 0 snapshots
-    expected = reference_weights(str(tmp_path), workers, iters)
-    got = {f"{layer.name}/{i}": np.array(blob.data, np.float32)
-           for layer in trained.layers for i, blob in enumerate(layer.blobs)}  # fmt: skip
+    trained = caffe_weights(f"{prefix}_iter_{iters}.caffemodel")  # rank 0 snapshots
+    assert_global_batch(trained, reference_weights(str(tmp_path), workers, iters))
+
+
+# Shared with test_slurm.py: what a job under a manager must end with.
+def caffe_weights(path: str) -> dict[str, np.ndarray]:
+    """A .caffemodel's blobs, flat, by "layer/index"."""
+    from caffe.formats.weights_io import read_caffemodel
+
+    layers = read_caffemodel(path).layers
+    return {f"{layer.name}/{i}": np.array(blob.data, np.float32).reshape(-1)
+            for layer in layers for i, blob in enumerate(layer.blobs)}  # fmt: skip
+
+
+def assert_global_batch(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+    """`got` (caffe_weights) is one process's `expected` on the global batch (rtol 1e-4)."""
     assert set(got) == set(expected)
     for name, value in expected.items():
         scale = max(float(np.abs(value).max()), 1e-6)
-        np.testing.assert_allclose(got[name].reshape(-1), value.reshape(-1), rtol=1e-4,
-                                   atol=1e-4 * scale, err_msg=name)  # fmt: skip
+        np.testing.assert_allclose(got[name], value.reshape(-1), rtol=1e-4, atol=1e-4 * scale,
+                                   err_msg=name)  # fmt: skip
+
+
+def assert_torch_cases(out: Path, expected: dict, workers: int) -> None:
+    """Every rank's saved parameters of every case equal the one-process reference."""
+    from tests.poseidon.torch.jobs import load
+
+    for case, params in expected.items():
+        for rank in range(workers):
+            got = load(out, case, rank)
+            for name, value in params.items():
+                np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"{case} {name} rank {rank}")  # fmt: skip
 
 
 @needs_mpirun
 def test_a_poseidon_torch_script_under_mpirun_equals_one_process(tmp_path):
-    from tests.poseidon.torch.jobs import WORKER, load, run_reference
+    from tests.poseidon.torch.jobs import WORKER, run_reference
 
     cases, steps = ["sfb", "ps"], 6
     expected = run_reference(tmp_path / "ref", cases, steps)
     out = tmp_path / "mpi"
     out.mkdir()
     mpirun(2, [*WORKER, str(out), str(steps), *cases], REPO)
-    for case in cases:
-        for rank in range(2):
-            got = load(out, case, rank)
-            for name, value in expected[case].items():
-                np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6,
-                                           err_msg=f"{case} {name} rank {rank}")  # fmt: skip
+    assert_torch_cases(out, expected, 2)
 
 
 def demo_accuracy(output: str) -> float:

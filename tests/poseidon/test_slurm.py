@@ -14,10 +14,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.poseidon.slurm_cluster import SlurmCluster, why_not
+from tests.poseidon.test_managers import (
+    assert_global_batch,
+    assert_torch_cases,
+    caffe_weights,
+    demo_accuracy,
+)
 from tests.process_tree import processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,22 +43,6 @@ def slurm(tmp_path_factory):
 def job_env(slurm: SlurmCluster) -> dict[str, str]:
     return slurm.env(OMP_NUM_THREADS="1", GLOG_minloglevel="1", PYTHONPATH=str(REPO),
                      POSEIDON_TIMEOUT_MS="30000")  # fmt: skip
-
-
-def caffe_weights(path: str) -> dict[str, np.ndarray]:
-    from caffe.formats.weights_io import read_caffemodel
-
-    layers = read_caffemodel(path).layers
-    return {f"{layer.name}/{i}": np.array(blob.data, np.float32).reshape(-1)
-            for layer in layers for i, blob in enumerate(layer.blobs)}  # fmt: skip
-
-
-def assert_global_batch(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
-    assert set(got) == set(expected)
-    for name, value in expected.items():
-        scale = max(float(np.abs(value).max()), 1e-6)
-        np.testing.assert_allclose(got[name], value.reshape(-1), rtol=1e-4, atol=1e-4 * scale,
-                                   err_msg=name)  # fmt: skip
 
 
 def solver_file(tmp_path: Path, name: str, iters: int) -> tuple[str, Path]:
@@ -100,24 +89,17 @@ def test_an_sbatch_script_runs_the_same_job(slurm, tmp_path):
 
 
 def test_a_poseidon_torch_script_under_srun_equals_one_process(slurm, tmp_path):
-    from tests.poseidon.torch.jobs import WORKER, load, run_reference
+    from tests.poseidon.torch.jobs import WORKER, run_reference
 
     cases, steps = ["sfb", "ps"], 6
     expected = run_reference(tmp_path / "ref", cases, steps)
     out = tmp_path / "srun"
     out.mkdir()
     run(["srun", "-n", "2", *WORKER, str(out), str(steps), *cases], job_env(slurm), REPO)
-    for case in cases:
-        for rank in range(2):
-            got = load(out, case, rank)
-            for name, value in expected[case].items():
-                np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6,
-                                           err_msg=f"{case} {name} rank {rank}")  # fmt: skip
+    assert_torch_cases(out, expected, 2)
 
 
 def test_the_demo_job_under_srun(slurm, tmp_path):
-    from tests.poseidon.test_managers import demo_accuracy
-
     prepared = subprocess.run([sys.executable, "-m", "poseidon.cli", "demo", "--prepare-only",
                                "-n", "4", "--dir", str(tmp_path)], capture_output=True,
                               text=True, timeout=120)  # fmt: skip
