@@ -19,6 +19,9 @@ void run(const std::string& transport, int p1, int p2) {
   o.servers = p2;
   o.transport = transport;
   o.timeout_ms = 60000;
+  // Not a fault test: filling and checking 100 MB per worker on a loaded 2-core
+  // machine once starved a heartbeat past the 3 s that fault tests use.
+  o.heartbeat_timeout_ms = 30000;
   ptest::LocalCluster cluster(o);
   std::atomic<int> wrong{0};
   const auto errors = cluster.run_workers([&](Worker& w, int rank) {
