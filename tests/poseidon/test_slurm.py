@@ -144,7 +144,9 @@ def wait_ended(slurm: SlurmCluster, job: str, solver: str, within_s: float) -> f
 def test_scancel_stops_every_task_at_one_iteration_with_a_snapshot(slurm, tmp_path):
     job, solver, out = start_long_job(slurm, tmp_path)
     subprocess.run(["scancel", job], env=slurm.env(), check=True)
-    assert wait_ended(slurm, job, solver, 10) < 10
+    elapsed = wait_ended(slurm, job, solver, 10)
+    print(f"scancel: every process gone {elapsed:.2f} s later")  # docs/distributed.md (-s)
+    assert elapsed < 10
     text = out.read_text()
     stop = re.search(r"every worker will stop at iteration (\d+)", text)
     assert stop and "Caught SIGTERM" in text, text[-3000:]
@@ -157,6 +159,8 @@ def test_a_task_killed_outright_ends_the_job_naming_it(slurm, tmp_path):
                    if "caffe.tools.cli" in line and not line.startswith("srun"))  # fmt: skip
     assert len(tasks) == 2, processes_mentioning(solver)
     subprocess.run(["kill", "-9", str(tasks[-1])], check=True)
-    assert wait_ended(slurm, job, solver, 10) < 10
+    elapsed = wait_ended(slurm, job, solver, 10)
+    print(f"kill -9 of a task: every process gone {elapsed:.2f} s later")
+    assert elapsed < 10
     text = out.read_text()
     assert re.search(r"worker \d \(\S+\) is gone", text), text[-3000:]
