@@ -131,7 +131,7 @@ class ExperimentRequest:
             from poseidon.experiments.emulation import check_can_emulate
 
             check_can_emulate()
-        compression = _compression(args, profile, bandwidth)
+        compression = _compression(args, bandwidth)
         if args.timeline and not os.path.isdir(args.timeline):
             raise ValueError(f"--timeline {args.timeline}: no such directory")
         for path in (args.output, args.plot):
@@ -149,10 +149,9 @@ class ExperimentRequest:
         )  # fmt: skip
 
 
-def _compression(args: argparse.Namespace, profile: object | None,
-                 bandwidth: float | None) -> Compression:  # fmt: skip
+def _compression(args: argparse.Namespace, bandwidth: float | None) -> Compression:
     """--compression and --powersgd-rank, checked as POSEIDON_COMPRESSION would be; a lossy
-    allowance is planned by time, which needs the link (and, replayed, the profile)."""
+    allowance is planned by time, which needs the link."""
     from poseidon.config import Config, parse_compression, parse_positive
 
     allowed = Config(compression=parse_compression(args.compression, "--compression"),
@@ -219,7 +218,7 @@ def run_experiment(request: ExperimentRequest) -> int:
         "command": "poseidon " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
     }
-    if request.compression != EXACT:
+    if request.compression.kind != "none":
         c = request.compression
         results.info["compression"] = f"{c.kind}:{c.powersgd_rank}"
     dilations = {p: request.scaling_for(p).dilation for p in request.nodes}
@@ -319,7 +318,7 @@ def _prepare_cell(request: ExperimentRequest, mode: str, nodes: int) -> tuple[Ce
             guess = predict_cell(request.profile, mode, nodes, link,
                                  compression=request.compression)  # fmt: skip
         job.timeout_ms = cell_timeout_ms(guess.iteration_s, job)
-    if request.compression != EXACT and sync == "poseidon":
+    if request.compression.kind != "none" and sync == "poseidon":
         job.extra_env.update(_compression_env(request))
     return job, sync
 
