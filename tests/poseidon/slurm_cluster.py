@@ -18,6 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from poseidon.rendezvous import free_port
+
 DAEMONS = ("slurmctld", "slurmd", "srun", "sbatch", "scancel", "squeue")
 
 
@@ -29,12 +31,6 @@ def why_not() -> str:
     if os.geteuid() != 0:
         return "a throwaway SLURM cluster needs root (slurmd runs tasks as their users)"
     return ""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 CONF = """ClusterName=poseidontest
@@ -85,7 +81,7 @@ class SlurmCluster:
         for sub in ("state", "spool"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         self.conf.write_text(CONF.format(host=self.host, dir=self.directory,
-                                         ctld_port=_free_port(), d_port=_free_port()))  # fmt: skip
+                                         ctld_port=free_port(), d_port=free_port()))  # fmt: skip
         for daemon in ("slurmctld", "slurmd"):
             log = open(self.directory / f"{daemon}.out", "w")  # noqa: SIM115 (the daemon's)
             self.daemons.append(subprocess.Popen([daemon, "-D", "-f", str(self.conf)],
