@@ -27,8 +27,10 @@ def distributed_errors(function: F) -> F:
             return function(*args, **kwargs)
         except poseidon.CommError as e:
             client = getattr(args[0], "client", None) if args else None
-            colocated = client.session.config.colocated_shards if client is not None else 0
-            raise DistributedError(explain(e, colocated)) from None
+            config = client.session.config if client is not None else None
+            colocated = config.colocated_shards if config is not None else 0
+            per_host = config.workers_per_host if config is not None else 1
+            raise DistributedError(explain(e, colocated, per_host)) from None
         except JobError as e:
             raise DistributedError(str(e)) from None
 

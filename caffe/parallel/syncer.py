@@ -135,8 +135,8 @@ class PoseidonSync:
         plan = self.client.plan
         assert plan is not None
         if extra:
-            self.broadcaster = Broadcaster(self.client.worker, extra[0].layer_id, extra[0].m)
-            self.client.worker.register_sfb_layer(extra[0].layer_id, extra[0].m)
+            self.broadcaster = Broadcaster(self.client.worker, extra[0].layer_id, extra[0].m,
+                                           self.client.local)  # fmt: skip
         if self.rank == 0:
             self._log_plan(plan)
         return plan

@@ -63,6 +63,9 @@ void Config::validate() const {
   require(num_servers >= 1 && num_servers <= kMaxNodesPerRole,
           "num_servers=" + std::to_string(num_servers) + " (want 1.." +
               std::to_string(kMaxNodesPerRole) + ")");
+  require(workers_per_machine >= 1 && num_workers % workers_per_machine == 0,
+          "workers_per_machine=" + std::to_string(workers_per_machine) +
+              " (want a divisor of num_workers=" + std::to_string(num_workers) + ")");
   if (role == Role::kWorker) {
     require(rank >= 0 && rank < num_workers, "rank=" + std::to_string(rank) +
                                                  " for a worker (want 0.." +
@@ -100,7 +103,8 @@ void Config::validate() const {
   for (const auto& [name, rate] :
        {std::pair<const char*, double>{"link_bytes_per_s", rates.link_bytes_per_s},
         {"gemm_flops_per_s", rates.gemm_flops_per_s},
-        {"memory_bytes_per_s", rates.memory_bytes_per_s}}) {
+        {"memory_bytes_per_s", rates.memory_bytes_per_s},
+        {"local_bytes_per_s", rates.local_bytes_per_s}}) {
     require(std::isfinite(rate) && rate >= 0,
             std::string("rates.") + name + "=" + std::to_string(rate) + " (want >= 0; 0: unknown)");
   }

@@ -258,7 +258,8 @@ void Coordinator::Impl::on_plan_request_locked(Member& m, std::vector<LayerSpec>
   }
   try {
     plan_ = make_plan(ref.specs, config_.num_workers, config_.num_servers, config_.chunk_bytes,
-                      config_.scheme, config_.compression, config_.powersgd_rank, config_.rates);
+                      config_.scheme, config_.compression, config_.powersgd_rank, config_.rates,
+                      config_.workers_per_machine);
   } catch (const CommError& e) {
     fail_locked(self_.str(), std::string("cannot build the plan: ") + e.what());
     return;

@@ -18,20 +18,23 @@ const char* layer_kind_name(LayerKind kind) {
   return "kind?";
 }
 
-CommCost comm_cost(uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2) {
-  if (p1 < 1 || p2 < 1) {
+CommCost comm_cost(uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2, int64_t g) {
+  if (p1 < 1 || p2 < 1 || g < 1 || p1 % g != 0) {
     throw ConfigError("comm_cost: P1=" + std::to_string(p1) + " P2=" + std::to_string(p2) +
-                      " (want >= 1)");
+                      " G=" + std::to_string(g) + " (want P1, P2 >= 1 and G a divisor of P1)");
   }
   const double mn = static_cast<double>(m) * static_cast<double>(n);
-  const double P1 = static_cast<double>(p1);
+  const double G = static_cast<double>(g);
+  const double Pm = static_cast<double>(p1 / g);  // machines: the network's pushers
   const double P2 = static_cast<double>(p2);
+  const double rows = static_cast<double>(k) * (static_cast<double>(m) + static_cast<double>(n));
   CommCost c;
   c.ps_worker_floats = 2.0 * mn;
-  c.ps_server_floats = 2.0 * P1 * mn / P2;
-  c.ps_colocated_floats = 2.0 * mn * (P1 + P2 - 2.0) / P2;
-  c.sfb_floats =
-      2.0 * static_cast<double>(k) * (P1 - 1.0) * (static_cast<double>(m) + static_cast<double>(n));
+  c.ps_server_floats = 2.0 * Pm * mn / P2;
+  c.ps_colocated_floats = 2.0 * mn * (Pm + P2 - 2.0) / P2;
+  c.sfb_floats = 2.0 * G * (Pm - 1.0) * rows;
+  c.ps_local_floats = 4.0 * mn * (G - 1.0) / G;
+  c.sfb_local_floats = rows * Pm * (G - 1.0);
   return c;
 }
 
@@ -111,11 +114,11 @@ bool MeasuredCosts::operator==(const MeasuredCosts& o) const {
 
 SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
                                int64_t p1, int64_t p2, uint64_t rank, uint64_t num_floats,
-                               const Rates& rates, const MeasuredCosts& measured) {
+                               const Rates& rates, const MeasuredCosts& measured, int64_t g) {
   if (rank < 1) throw ConfigError("estimate_scheme: PowerSGD rank 0 (want >= 1)");
   // The wire bytes of PS and SFB are comm_cost's floats times 4 (exact in
   // binary floating point), so ranking by them agrees with best_scheme.
-  const CommCost c = comm_cost(m, n, k, p1, p2);
+  const CommCost c = comm_cost(m, n, k, p1, p2, g);
   const double M = static_cast<double>(m);
   const double N = static_cast<double>(n);
   const double mn = M * N;
@@ -131,7 +134,7 @@ SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64
     case Scheme::kPS:
       e.wire_bytes = c.ps_bytes();
       break;
-    case Scheme::kBF16:
+    case Scheme::kBF16:  // the local stage sums fp32; the leader converts the machine's sum
       e.wire_bytes = c.ps_colocated_floats * 2.0;
       e.memory_bytes = 12.0 * mn;
       e.encode_s = phase(measured.bf16_encode_s, stream(6.0 * mn));
@@ -148,9 +151,9 @@ SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64
     case Scheme::kPowerSGD: {
       e.rank = powersgd_effective_rank(rank, m, n);
       const double r = static_cast<double>(e.rank);
-      const double P1 = static_cast<double>(p1);
+      const double Pm = static_cast<double>(p1 / g);
       const double P2 = static_cast<double>(p2);
-      e.wire_bytes = kBytesPerFloat * 2.0 * r * (M + N) * (P1 + P2 - 2.0) / P2;
+      e.wire_bytes = kBytesPerFloat * 2.0 * r * (M + N) * (Pm + P2 - 2.0) / P2;
       e.flops = 6.0 * mn * r + 4.0 * M * r * r;
       e.memory_bytes = 12.0 * mn;
       e.encode_s = phase(measured.powersgd_encode_s, gemm(2.0 * mn * r) + stream(4.0 * mn));
@@ -159,18 +162,22 @@ SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64
       break;
     }
   }
+  // Note [local aggregation]: every scheme through the shards sums the fp32 layer locally.
+  e.local_bytes =
+      kBytesPerFloat * (scheme == Scheme::kSFB ? c.sfb_local_floats : c.ps_local_floats);
   e.wire_s = over(e.wire_bytes, rates.link_bytes_per_s);
-  e.seconds = e.wire_s + e.encode_s + e.between_s + e.finish_s;
+  e.local_s = over(e.local_bytes, rates.local_bytes_per_s);
+  e.seconds = e.wire_s + e.local_s + e.encode_s + e.between_s + e.finish_s;
   return e;
 }
 
 std::vector<SchemeEstimate> estimate_schemes(LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
                                              int64_t p1, int64_t p2, uint64_t rank,
                                              uint64_t num_floats, const Rates& rates,
-                                             const MeasuredCosts& measured) {
+                                             const MeasuredCosts& measured, int64_t g) {
   std::vector<SchemeEstimate> out;
   for (const Scheme s : {Scheme::kPS, Scheme::kSFB, Scheme::kBF16, Scheme::kPowerSGD}) {
-    out.push_back(estimate_scheme(s, kind, m, n, k, p1, p2, rank, num_floats, rates, measured));
+    out.push_back(estimate_scheme(s, kind, m, n, k, p1, p2, rank, num_floats, rates, measured, g));
   }
   return out;
 }
@@ -215,10 +222,10 @@ bool scheme_candidate(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uin
 
 Scheme choose_scheme(LayerKind kind, uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2,
                      Compression compression, uint64_t rank, uint64_t num_floats,
-                     const Rates& rates, const MeasuredCosts& measured) {
+                     const Rates& rates, const MeasuredCosts& measured, int64_t g) {
   const SchemeEstimate* best = nullptr;
   const std::vector<SchemeEstimate> all =
-      estimate_schemes(kind, m, n, k, p1, p2, rank, num_floats, rates, measured);
+      estimate_schemes(kind, m, n, k, p1, p2, rank, num_floats, rates, measured, g);
   for (const SchemeEstimate& e : all) {
     if (!scheme_candidate(e.scheme, kind, m, n, num_floats, compression, rank)) continue;
     if (best == nullptr || ranks_before(e, *best, rates)) best = &e;

@@ -59,6 +59,8 @@ class KVServer::Impl {
   void finish_round_locked(ChunkRound* slot, std::vector<SendJob>* out);
   void on_closed(Peer& peer, const std::string& reason, bool clean);
   void reject(const std::string& why);
+  // Rejects a push from a worker that is not its machine's leader (plan.h).
+  void check_leader(const NodeId& from, const std::string& push);
   void build_slots(const Plan& plan);
   bool wait_ready();
   void reply_done(ChunkRound* slot, const SendOutcome& outcome, const NodeId& to);
@@ -208,6 +210,14 @@ void KVServer::Impl::on_peer(std::unique_ptr<Connection> conn, const NodeId& id,
       [this](Peer& p, const std::string& r, bool c) { on_closed(p, r, c); });
 }
 
+void KVServer::Impl::check_leader(const NodeId& from, const std::string& push) {
+  if (plan_.is_leader(from.rank)) return;  // plan_ is immutable once ready_
+  reject(push + ": worker " + std::to_string(from.rank) + " is not its machine's leader (" +
+         std::to_string(plan_.workers_per_machine) + " workers per machine: machine " +
+         std::to_string(plan_.machine_of(from.rank)) + " pushes through worker " +
+         std::to_string(plan_.leader_of_machine(plan_.machine_of(from.rank))) + ")");
+}
+
 void KVServer::Impl::reject(const std::string& why) {
   ++rejected_;
   throw ProtocolError(self_.str() + " rejected the frame: " + why);
@@ -339,6 +349,7 @@ void KVServer::Impl::on_push(const std::shared_ptr<Peer>& peer, const FrameHeade
                            " chunk " + std::to_string(h.chunk) + " iteration " +
                            std::to_string(h.iteration);
   ChunkRound* slot = find_round(h, push);
+  check_leader(from, push);
   if (is_bf16_frame(h.type) != slot->bf16) {
     reject(push + ": layer " + slot->layer->spec.name + " is synchronised by " +
            scheme_name(slot->layer->scheme) + ": want " + (slot->bf16 ? "PUSH16" : "PUSH") +
@@ -409,6 +420,7 @@ void KVServer::Impl::on_push_in_place(const std::shared_ptr<Peer>& peer, const F
                            std::to_string(h.layer) + " chunk " + std::to_string(h.chunk) +
                            " iteration " + std::to_string(h.iteration);
   ChunkRound* slot = find_round(h, push);
+  check_leader(from, push);
   const LayerPlan& lp = *slot->layer;
   const ColocatedLink::Range range = link_->range(from.rank, h.layer);
   if (!range.lent) reject(push + ": that worker has not lent this layer's range");
@@ -441,7 +453,7 @@ std::vector<SendJob> KVServer::Impl::advance_locked(ChunkRound* slot) {
     slot->merged = true;
     ++sums_merged_;
   }
-  if (slot->arrived < plan_.num_workers) return out;
+  if (slot->arrived < plan_.num_machines()) return out;  // one push per machine
   slot->phase = ChunkRound::Phase::kSending;
   const float* total = lender >= 0 ? slot->in_place : slot->sum.data();
   // BF16: the replies carry bf16 of the fp32 total, from sum16 (the shard's
@@ -462,9 +474,11 @@ std::vector<SendJob> KVServer::Impl::advance_locked(ChunkRound* slot) {
   // every shard finishes a turn's sums at about the same time (the pushes are rotated
   // too: internal/kv_worker.h, Note [push order]), and replies in one order would all head for
   // worker 0's link first while others idle. Ties in the send queue keep this order.
-  const size_t workers = slot->reply_to.size();
-  for (size_t turn = 0; turn < workers; ++turn) {
-    const size_t r = (static_cast<size_t>(config_.rank) + 1 + turn) % workers;
+  // With several workers per machine the turns go over the machines' leaders.
+  const size_t machines = static_cast<size_t>(plan_.num_machines());
+  for (size_t turn = 0; turn < machines; ++turn) {
+    const size_t machine = (static_cast<size_t>(config_.rank) + 1 + turn) % machines;
+    const size_t r = static_cast<size_t>(plan_.leader_of_machine(static_cast<int>(machine)));
     if (static_cast<int>(r) == lender) continue;  // it holds the total already
     // Each reply written from the range is a use of it, ended when written.
     if (from_range && !link_->begin_use(lender)) {

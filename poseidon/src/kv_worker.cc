@@ -59,6 +59,16 @@ Handle KVWorker::push_pull(uint32_t layer_id, int64_t iteration, uint32_t part) 
       use.what + (lp.parts.size() > 1 || part != 0 ? " part " + std::to_string(part) : "");
   plane_.check_abort(what, layer_id, iteration);
   const Plan& plan = plane_.plan;
+  if (!plan.is_leader(plane_.self.rank)) {
+    const int machine = plan.machine_of(plane_.self.rank);
+    throw ConfigError(plane_.self.str() + ": " + what + ": with " +
+                      std::to_string(plan.workers_per_machine) +
+                      " workers per machine only each machine's leader pushes to the shards; "
+                      "machine " +
+                      std::to_string(machine) + "'s is worker " +
+                      std::to_string(plan.leader_of_machine(machine)) +
+                      " (cost_model.h, Note [local aggregation])");
+  }
   std::shared_ptr<OpState> op;
   {
     std::lock_guard<std::mutex> lock(layer.mu);

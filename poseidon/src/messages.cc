@@ -125,8 +125,8 @@ std::vector<LayerSpec> decode_layer_specs(const uint8_t* data, size_t size) {
   return out;
 }
 
-// Note [plan message]: P1, P2, chunk_bytes, PowerSGD's rank, the
-// compression allowed and the three rates; then per layer its spec, its
+// Note [plan message]: P1, P2, G (workers per machine), chunk_bytes,
+// PowerSGD's rank, the compression allowed and the four rates; then per layer its spec, its
 // scheme, its rank and its wire_floats. A node rebuilds parts and chunks from
 // these with assemble_plan (the coordinator's code), and the rank and
 // wire_floats sent must equal the rebuilt ones: a plan that does not add up
@@ -135,12 +135,14 @@ std::vector<uint8_t> encode_plan(const Plan& m) {
   ByteWriter w;
   w.u32(static_cast<uint32_t>(m.num_workers));
   w.u32(static_cast<uint32_t>(m.num_servers));
+  w.u32(static_cast<uint32_t>(m.workers_per_machine));
   w.u64(m.chunk_bytes);
   w.u32(m.powersgd_rank);
   w.u8(static_cast<uint8_t>(m.compression));
   w.f64(m.rates.link_bytes_per_s);
   w.f64(m.rates.gemm_flops_per_s);
   w.f64(m.rates.memory_bytes_per_s);
+  w.f64(m.rates.local_bytes_per_s);
   w.u32(static_cast<uint32_t>(m.layers.size()));
   for (const LayerPlan& l : m.layers) {
     put_spec(w, l.spec);
@@ -155,10 +157,15 @@ Plan decode_plan(const uint8_t* data, size_t size) {
   ByteReader r(data, size, "PLAN");
   const uint32_t p1 = r.u32();
   const uint32_t p2 = r.u32();
+  const uint32_t g = r.u32();
   const uint64_t chunk_bytes = r.u64();
   if (p1 < 1 || p1 > kMaxNodesPerRole || p2 < 1 || p2 > kMaxNodesPerRole) {
     throw ProtocolError("PLAN: " + std::to_string(p1) + " workers, " + std::to_string(p2) +
                         " servers");
+  }
+  if (g < 1 || p1 % g != 0) {
+    throw ProtocolError("PLAN: " + std::to_string(g) + " workers per machine for " +
+                        std::to_string(p1) + " workers");
   }
   if (chunk_bytes < 4 || chunk_bytes % 4 != 0 || chunk_bytes > (uint64_t{1} << 40)) {
     throw ProtocolError("PLAN: chunk_bytes=" + std::to_string(chunk_bytes));
@@ -175,6 +182,7 @@ Plan decode_plan(const uint8_t* data, size_t size) {
   rates.link_bytes_per_s = r.f64();
   rates.gemm_flops_per_s = r.f64();
   rates.memory_bytes_per_s = r.f64();
+  rates.local_bytes_per_s = r.f64();
   const size_t n = r.count(kMinLayerSpecBytes + 1 + 4 + 8);
   std::vector<LayerSpec> specs;
   std::vector<Scheme> schemes;
@@ -197,7 +205,7 @@ Plan decode_plan(const uint8_t* data, size_t size) {
   try {
     plan = assemble_plan(specs, schemes, static_cast<int>(p1), static_cast<int>(p2),
                          static_cast<size_t>(chunk_bytes), static_cast<int>(rank), rates,
-                         static_cast<Compression>(compression));
+                         static_cast<Compression>(compression), static_cast<int>(g));
   } catch (const ConfigError& e) {
     throw ProtocolError(std::string("PLAN: ") + e.what());
   }

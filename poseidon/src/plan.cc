@@ -151,14 +151,21 @@ void check_settings(int powersgd_rank, const Rates& rates, Compression compressi
   if (powersgd_rank < 1) {
     throw ConfigError("plan: powersgd_rank=" + std::to_string(powersgd_rank) + " (want >= 1)");
   }
-  for (const double r :
-       {rates.link_bytes_per_s, rates.gemm_flops_per_s, rates.memory_bytes_per_s}) {
+  for (const double r : {rates.link_bytes_per_s, rates.gemm_flops_per_s, rates.memory_bytes_per_s,
+                         rates.local_bytes_per_s}) {
     if (!std::isfinite(r) || r < 0) {
       throw ConfigError("plan: rate " + std::to_string(r) + " (want >= 0; 0: unknown)");
     }
   }
   if (static_cast<uint8_t>(compression) > static_cast<uint8_t>(Compression::kAuto)) {
     throw ConfigError("plan: unknown compression " + std::to_string(static_cast<int>(compression)));
+  }
+}
+
+void check_machines(int num_workers, int workers_per_machine) {
+  if (workers_per_machine < 1 || num_workers % workers_per_machine != 0) {
+    throw ConfigError("plan: workers_per_machine=" + std::to_string(workers_per_machine) +
+                      " (want a divisor of the " + std::to_string(num_workers) + " workers)");
   }
 }
 
@@ -183,12 +190,13 @@ void check_measured(const LayerSpec& s) {
 
 Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme>& schemes,
                    int num_workers, int num_servers, size_t chunk_bytes, int powersgd_rank,
-                   const Rates& rates, Compression compression) {
+                   const Rates& rates, Compression compression, int workers_per_machine) {
   if (num_workers < 1 || num_servers < 1 || num_workers > kMaxNodesPerRole ||
       num_servers > kMaxNodesPerRole) {
     throw ConfigError("plan for " + std::to_string(num_workers) + " workers and " +
                       std::to_string(num_servers) + " servers");
   }
+  check_machines(num_workers, workers_per_machine);
   if (chunk_bytes < 4 || chunk_bytes % 4 != 0) {
     throw ConfigError("plan chunk_bytes=" + std::to_string(chunk_bytes) +
                       " (want a positive multiple of 4)");
@@ -198,6 +206,7 @@ Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme
   Plan plan;
   plan.num_workers = num_workers;
   plan.num_servers = num_servers;
+  plan.workers_per_machine = workers_per_machine;
   plan.chunk_bytes = chunk_bytes;
   plan.compression = compression;
   plan.powersgd_rank = static_cast<uint32_t>(powersgd_rank);
@@ -215,9 +224,10 @@ Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme
     LayerPlan lp;
     lp.spec = s;
     lp.scheme = schemes[i];
-    lp.cost = comm_cost(s.m, s.n, s.k, num_workers, num_servers);
+    lp.cost = comm_cost(s.m, s.n, s.k, num_workers, num_servers, workers_per_machine);
     lp.estimate = estimate_scheme(lp.scheme, s.kind, s.m, s.n, s.k, num_workers, num_servers,
-                                  plan.powersgd_rank, s.modelled_floats(), rates, s.measured);
+                                  plan.powersgd_rank, s.modelled_floats(), rates, s.measured,
+                                  workers_per_machine);
     // Note [plan parts]
     if (lp.scheme == Scheme::kPS || lp.scheme == Scheme::kBF16) {
       lp.parts.push_back(cut_part(0, s.num_floats, chunk_bytes, num_servers));
@@ -263,8 +273,9 @@ Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme
 
 Plan make_plan(const std::vector<LayerSpec>& specs, int num_workers, int num_servers,
                size_t chunk_bytes, SchemeChoice cluster_force, Compression compression,
-               int powersgd_rank, const Rates& rates) {
+               int powersgd_rank, const Rates& rates, int workers_per_machine) {
   check_settings(powersgd_rank, rates, compression);
+  if (num_workers >= 1) check_machines(num_workers, workers_per_machine);
   std::vector<Scheme> schemes;
   std::vector<bool> fixed;
   schemes.reserve(specs.size());
@@ -276,7 +287,7 @@ Plan make_plan(const std::vector<LayerSpec>& specs, int num_workers, int num_ser
     if (choice == SchemeChoice::kAuto) {
       schemes.push_back(choose_scheme(s.kind, s.m, s.n, s.k, num_workers, num_servers, compression,
                                       static_cast<uint64_t>(powersgd_rank), s.modelled_floats(),
-                                      rates, s.measured));
+                                      rates, s.measured, workers_per_machine));
       continue;
     }
     const char* setting = own ? "LayerSpec.force" : "Config.scheme (cluster-wide)";
@@ -294,18 +305,20 @@ Plan make_plan(const std::vector<LayerSpec>& specs, int num_workers, int num_ser
   }
   if (rates.link_bytes_per_s > 0 && num_workers >= 1 && num_servers >= 1) {
     schemes = refine_by_schedule(specs, std::move(schemes), fixed, num_workers, num_servers,
-                                 compression, powersgd_rank, rates);
+                                 compression, powersgd_rank, rates, workers_per_machine);
   }
   return assemble_plan(specs, schemes, num_workers, num_servers, chunk_bytes, powersgd_rank, rates,
-                       compression);
+                       compression, workers_per_machine);
 }
 
 std::vector<SchemeEstimate> layer_estimates(const LayerSpec& spec, int num_workers, int num_servers,
-                                            int powersgd_rank, const Rates& rates) {
+                                            int powersgd_rank, const Rates& rates,
+                                            int workers_per_machine) {
   check_settings(powersgd_rank, rates, Compression::kNone);
+  check_machines(num_workers, workers_per_machine);
   return estimate_schemes(spec.kind, spec.m, spec.n, spec.k, num_workers, num_servers,
                           static_cast<uint64_t>(powersgd_rank), spec.modelled_floats(), rates,
-                          spec.measured);
+                          spec.measured, workers_per_machine);
 }
 
 }  // namespace poseidon

@@ -62,7 +62,9 @@ double schedule_seconds(const std::vector<LayerSpec>& specs,
     compute += std::max(0.0, specs[j].measured.backward_s + chosen[j].encode_s);
     const bool two_parts = chosen[j].scheme == Scheme::kPowerSGD;
     const double share = two_parts ? part_share(specs[j], 0) : 1.0;
-    pending.push_back({compute, j, 0, chosen[j].wire_s * share});
+    // Note [local aggregation]: the machine's sum is ready for the link after the local
+    // reduce, and the layer done after the local broadcast (the machine's own links).
+    pending.push_back({compute + chosen[j].local_s / 2, j, 0, chosen[j].wire_s * share});
     // The continuation thread's encoding of Q runs on the same device: it takes
     // its time from the training thread's, whenever it runs.
     if (two_parts) compute += chosen[j].between_s;
@@ -78,7 +80,7 @@ double schedule_seconds(const std::vector<LayerSpec>& specs,
     if (e.scheme == Scheme::kPowerSGD && t.part == 0) {
       pending.push_back({link + e.between_s, t.layer, 1, e.wire_s * part_share(specs[t.layer], 1)});
     } else {
-      done[t.layer] = link;
+      done[t.layer] = link + e.local_s / 2;
     }
   }
   double end = compute;
@@ -89,7 +91,7 @@ double schedule_seconds(const std::vector<LayerSpec>& specs,
 std::vector<Scheme> refine_by_schedule(const std::vector<LayerSpec>& specs,
                                        std::vector<Scheme> picks, const std::vector<bool>& fixed,
                                        int num_workers, int num_servers, Compression compression,
-                                       int powersgd_rank, const Rates& rates) {
+                                       int powersgd_rank, const Rates& rates, int g) {
   const size_t count = specs.size();
   if (picks.size() != count || fixed.size() != count) {
     throw ConfigError("refine_by_schedule: one scheme and one flag per layer");
@@ -102,8 +104,9 @@ std::vector<Scheme> refine_by_schedule(const std::vector<LayerSpec>& specs,
   std::vector<Scheme> exact = picks;
   for (size_t i = 0; i < count; ++i) {
     const LayerSpec& s = specs[i];
-    for (const SchemeEstimate& e : estimate_schemes(s.kind, s.m, s.n, s.k, num_workers, num_servers,
-                                                    rank, s.modelled_floats(), rates, s.measured)) {
+    for (const SchemeEstimate& e :
+         estimate_schemes(s.kind, s.m, s.n, s.k, num_workers, num_servers, rank,
+                          s.modelled_floats(), rates, s.measured, g)) {
       table[i].push_back(e);
       if (!fixed[i] &&
           scheme_candidate(e.scheme, s.kind, s.m, s.n, s.modelled_floats(), compression, rank)) {
@@ -112,7 +115,7 @@ std::vector<Scheme> refine_by_schedule(const std::vector<LayerSpec>& specs,
     }
     if (!fixed[i]) {
       exact[i] = choose_scheme(s.kind, s.m, s.n, s.k, num_workers, num_servers, Compression::kNone,
-                               rank, s.modelled_floats(), rates, s.measured);
+                               rank, s.modelled_floats(), rates, s.measured, g);
     }
   }
   const auto estimate = [&](size_t i, Scheme scheme) -> const SchemeEstimate& {

@@ -25,12 +25,17 @@ bool SFBroadcaster::rank_complete(const Slot& slot, size_t rank) const {
 }
 
 void SFBroadcaster::register_layer(uint32_t layer_id, size_t max_floats) {
-  const size_t p1 = static_cast<size_t>(plane_.plan.num_workers);
+  const Plan& plan = plane_.plan;
+  const size_t p1 = static_cast<size_t>(plan.num_workers);
   layers_.add(layer_id, [&](Layer& layer, const std::string&) {
     layer.max_floats = max_floats;
-    layer.max_chunks = count_chunks(max_floats, plane_.plan.chunk_floats());
+    layer.max_chunks = count_chunks(max_floats, plan.chunk_floats());
     for (Slot& s : layer.slots) {
-      s.buffers.assign(p1, std::vector<float>(max_floats));
+      // Indexed by rank; only the machines' leaders send factors (Note [local aggregation]).
+      s.buffers.assign(p1, {});
+      for (size_t r = 0; r < p1; ++r) {
+        if (plan.is_leader(static_cast<int>(r))) s.buffers[r].assign(max_floats, 0.0f);
+      }
       s.total.assign(p1, kUnknown);
       s.got.assign(p1, std::vector<uint8_t>(layer.max_chunks, 0));
       s.chunks_left.assign(p1, 0);
@@ -49,8 +54,20 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
                       std::to_string(layer.max_floats));
   }
   if (send == nullptr && num_floats > 0) throw ConfigError(me + ": " + what + ": null buffer");
-  const size_t p1 = static_cast<size_t>(plane_.plan.num_workers);
+  const Plan& plan = plane_.plan;
+  if (!plan.is_leader(plane_.self.rank)) {
+    throw ConfigError(me + ": " + what + ": with " + std::to_string(plan.workers_per_machine) +
+                      " workers per machine only each machine's leader sends factors; this "
+                      "machine's is worker " +
+                      std::to_string(plan.leader_of_machine(plan.machine_of(plane_.self.rank))));
+  }
+  // The peers: the other machines' leaders (every worker when G = 1).
+  const size_t machines = static_cast<size_t>(plan.num_machines());
+  const auto leader = [&](size_t machine) {
+    return static_cast<size_t>(plan.leader_of_machine(static_cast<int>(machine)));
+  };
   const size_t rank = static_cast<size_t>(plane_.self.rank);
+  const size_t machine = static_cast<size_t>(plan.machine_of(plane_.self.rank));
   const uint32_t chunks = count_chunks(num_floats, plane_.plan.chunk_floats());
   std::shared_ptr<OpState> op;
   const float* own = nullptr;
@@ -65,14 +82,16 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
     slot.total[rank] = num_floats;
     slot.chunks_left[rank] = 0;
     own = slot.buffers[rank].data();
-    std::vector<std::string> sources(p1);
-    for (size_t r = 0; r < p1; ++r) {
-      sources[r] = r == rank ? me : plane_.workers[r]->remote().str();
+    // Pieces by machine: piece i is machine i's leader's factor.
+    std::vector<std::string> sources(machines);
+    for (size_t i = 0; i < machines; ++i) {
+      sources[i] = i == machine ? me : plane_.workers[leader(i)]->remote().str();
     }
-    op = std::make_shared<OpState>(what, layer_id, iteration, "factors of rank", std::move(sources),
-                                   uint64_t{chunks} * (p1 - 1), plane_.abort, me);
-    for (size_t r = 0; r < p1; ++r) {
-      if (rank_complete(slot, r)) op->piece_done(r);
+    op = std::make_shared<OpState>(what, layer_id, iteration, "factors of machine",
+                                   std::move(sources), uint64_t{chunks} * (machines - 1),
+                                   plane_.abort, me);
+    for (size_t i = 0; i < machines; ++i) {
+      if (rank_complete(slot, leader(i))) op->piece_done(i);
     }
     layer.ops.start(op, iteration);
   }
@@ -82,8 +101,8 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
   // 1, ... would aim all senders at the same links at once. (On 8 emulated 2 GbE nodes the
   // two orders measured the same, 1.21 s per VGG19-22K iteration: other limits dominate
   // there; the rotation is kept because it balances the links by construction.)
-  for (size_t turn = 1; turn < p1; ++turn) {
-    const size_t r = (rank + turn) % p1;
+  for (size_t turn = 1; turn < machines; ++turn) {
+    const size_t r = leader((machine + turn) % machines);
     for (uint32_t c = 0; c < chunks; ++c) {
       SendJob job;
       job.peer = plane_.workers[r];
@@ -109,6 +128,10 @@ FactorView SFBroadcaster::factor(uint32_t layer_id, int64_t iteration, int rank)
                            std::to_string(iteration);
   if (layer == nullptr) throw ConfigError(what + ": layer not registered");
   if (rank < 0 || rank >= plane_.plan.num_workers) throw ConfigError(what + ": no such rank");
+  if (!plane_.plan.is_leader(rank)) {
+    throw ConfigError(what + ": only machines' leaders send factors (" +
+                      std::to_string(plane_.plan.workers_per_machine) + " workers per machine)");
+  }
   std::lock_guard<std::mutex> lock(layer->mu);
   const Slot& slot = layer->slots[static_cast<uint64_t>(iteration) & 1u];
   if (!slot.used || slot.iteration != iteration) {
@@ -130,6 +153,10 @@ void SFBroadcaster::on_factor(Peer& from, const FrameHeader& h) {
   Layer* layer = layers_.wait(h.layer, what);
   if (layer == nullptr) return;  // aborted
   const Plan& plan = plane_.plan;
+  if (!plan.is_leader(from.remote().rank)) {
+    throw ProtocolError(what + ": that worker is not its machine's leader (" +
+                        std::to_string(plan.workers_per_machine) + " workers per machine)");
+  }
   float* dst = nullptr;
   size_t len = 0;
   Slot* slot = nullptr;
@@ -186,7 +213,7 @@ void SFBroadcaster::on_factor(Peer& from, const FrameHeader& h) {
   --slot->inflight;
   const std::shared_ptr<OpState>& op = layer->ops.op();
   if (--slot->chunks_left[j] == 0 && op && op->iteration() == h.iteration) {
-    op->piece_done(j);
+    op->piece_done(static_cast<size_t>(plan.machine_of(static_cast<int>(j))));
   }
 }
 

@@ -37,6 +37,7 @@ class Worker::Impl {
   void abort(const std::string& reason);
   void shutdown(int timeout_ms);
   std::map<uint32_t, LayerTraffic> traffic() const { return counters_.snapshot(); }
+  std::string failure() const { return abort_->tripped() ? abort_->failure().reason : ""; }
   const Config& config() const { return config_; }
   std::string address() const { return self_.address; }
   const AddressBook& address_book() const { return book_; }
@@ -510,6 +511,7 @@ std::vector<ActionMessage> Worker::reach_boundary(int64_t iteration, int timeout
 void Worker::abort(const std::string& reason) { impl_->abort(reason); }
 void Worker::shutdown(int timeout_ms) { impl_->shutdown(timeout_ms); }
 std::map<uint32_t, LayerTraffic> Worker::traffic() const { return impl_->traffic(); }
+std::string Worker::failure() const { return impl_->failure(); }
 int Worker::rank() const { return impl_->config().rank; }
 int Worker::num_workers() const { return impl_->config().num_workers; }
 int Worker::num_servers() const { return impl_->config().num_servers; }

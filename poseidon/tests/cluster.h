@@ -30,6 +30,7 @@ struct ClusterOptions {
   poseidon::SchemeChoice scheme = poseidon::SchemeChoice::kAuto;
   poseidon::Compression compression = poseidon::Compression::kNone;
   int powersgd_rank = poseidon::kDefaultPowerSGDRank;
+  int workers_per_machine = 1;
   std::string token = "test-token";
   // Optional per-worker changes (e.g. a wrong token for one rank).
   std::function<void(poseidon::Config&, int rank)> worker_config;
@@ -55,6 +56,7 @@ inline poseidon::Config make_config(const ClusterOptions& o, poseidon::Role role
   c.scheme = o.scheme;
   c.compression = o.compression;
   c.powersgd_rank = o.powersgd_rank;
+  c.workers_per_machine = o.workers_per_machine;
   return c;
 }
 

@@ -38,7 +38,7 @@ TEST(header_round_trip) {
   encode_header(h, b);
   // Magic is "PSDN" on the wire: little-endian bytes, independent of the host.
   CHECK_EQ(std::string(reinterpret_cast<char*>(b), 4), std::string("PSDN"));
-  CHECK_EQ(b[4], 4);  // version 4 (layer specs with byte scales), little-endian
+  CHECK_EQ(b[4], 5);  // version 5 (plans with workers per machine), little-endian
   CHECK_EQ(b[5], 0);
   FrameHeader d;
   CHECK_EQ(decode(b, sizeof b, 1 << 20, &d), std::string());
@@ -244,13 +244,17 @@ Plan every_scheme_plan() {
   rates.link_bytes_per_s = 1.25e9;
   rates.gemm_flops_per_s = 1e13;
   rates.memory_bytes_per_s = 5e11;
-  return make_plan({conv, bf, ps}, 3, 2, 4096, SchemeChoice::kAuto, Compression::kBF16, 7, rates);
+  rates.local_bytes_per_s = 5e10;
+  // 2 machines of 2 workers (cost_model.h, Note [local aggregation]).
+  return make_plan({conv, bf, ps}, 4, 2, 4096, SchemeChoice::kAuto, Compression::kBF16, 7, rates,
+                   2);
 }
 
 // Offset of the first layer's scheme byte in an encoded plan whose first
 // layer is named `name` (Note [plan message]).
 size_t first_scheme_byte(const std::string& name) {
-  const size_t head = 4 + 4 + 8 + 4 + 1 + 3 * 8 + 4;
+  // P1, P2, G, chunk_bytes, rank, compression, four rates, the layer count.
+  const size_t head = 4 + 4 + 4 + 8 + 4 + 1 + 4 * 8 + 4;
   // id, name, kind, force, m, n, k, num_floats, byte scale, eight measured costs.
   return head + 4 + 4 + name.size() + 1 + 1 + 4 * 8 + 4 + 8 * 8;
 }
@@ -266,6 +270,8 @@ TEST(plan_round_trip_with_every_scheme) {
   const auto bytes = encode_plan(plan);
   const Plan p = decode_plan(bytes.data(), bytes.size());
   CHECK_EQ(p.powersgd_rank, 7u);
+  CHECK_EQ(p.workers_per_machine, 2);
+  CHECK_EQ(p.num_machines(), 2);
   CHECK(p.compression == Compression::kBF16);
   CHECK(p.rates == plan.rates);
   REQUIRE(p.layers.size() == 3);
@@ -305,17 +311,27 @@ TEST(plan_rejections) {
   b = good;
   b[scheme_at] = static_cast<uint8_t>(Scheme::kSFB);
   CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "SFB needs a fully-connected layer");
+  // Workers per machine (the u32 after P2): 0, and one that does not divide P1.
+  b = good;
+  b[8] = 0;
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "0 workers per machine");
+  b = good;
+  b[8] = static_cast<uint8_t>(plan.num_workers + 1);
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "workers per machine for");
   // Rank 0 (the u32 after chunk_bytes).
   b = good;
-  b[16] = 0;
+  b[20] = 0;
   CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "powersgd_rank=0");
   // An unknown compression.
   b = good;
-  b[20] = 4;
+  b[24] = 4;
   CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "unknown compression 4");
-  // A negative rate.
+  // A negative rate: the link's, then the local one.
   b = good;
-  b[21 + 7] = 0xC0;  // sign bit of the link rate
+  b[25 + 7] = 0xC0;  // sign bit of the link rate
+  CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "want >= 0");
+  b = good;
+  b[25 + 3 * 8 + 7] = 0xC0;  // sign bit of the local rate
   CHECK_THROWS(decode_plan(b.data(), b.size()), ProtocolError, "want >= 0");
   // Sizes that do not add up: the layer's rank, then its wire_floats.
   b = good;

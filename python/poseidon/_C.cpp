@@ -198,19 +198,21 @@ PYBIND11_MODULE(_C, m) {
   py::class_<Rates>(m, "Rates",
                     "Measured speeds of the time-based cost model; 0 = unknown (that term "
                     "counts 0 s; an unknown link rate ranks schemes by wire bytes alone).")
-      .def(py::init([](double link, double gemm, double memory) {
-             return Rates{link, gemm, memory};
+      .def(py::init([](double link, double gemm, double memory, double local) {
+             return Rates{link, gemm, memory, local};
            }),
            py::arg("link_bytes_per_s") = 0.0, py::arg("gemm_flops_per_s") = 0.0,
-           py::arg("memory_bytes_per_s") = 0.0)
+           py::arg("memory_bytes_per_s") = 0.0, py::arg("local_bytes_per_s") = 0.0)
       .def_readwrite("link_bytes_per_s", &Rates::link_bytes_per_s)
       .def_readwrite("gemm_flops_per_s", &Rates::gemm_flops_per_s)
       .def_readwrite("memory_bytes_per_s", &Rates::memory_bytes_per_s)
+      .def_readwrite("local_bytes_per_s", &Rates::local_bytes_per_s)
       .def(py::self == py::self)
       .def("__repr__", [](const Rates& r) {
         return "Rates(link_bytes_per_s=" + num(r.link_bytes_per_s) +
                ", gemm_flops_per_s=" + num(r.gemm_flops_per_s) +
-               ", memory_bytes_per_s=" + num(r.memory_bytes_per_s) + ")";
+               ", memory_bytes_per_s=" + num(r.memory_bytes_per_s) +
+               ", local_bytes_per_s=" + num(r.local_bytes_per_s) + ")";
       });
 
   py::class_<Config>(m, "Config", "Settings of one node (filled by poseidon.config).")
@@ -219,6 +221,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("rank", &Config::rank)
       .def_readwrite("num_workers", &Config::num_workers)
       .def_readwrite("num_servers", &Config::num_servers)
+      .def_readwrite("workers_per_machine", &Config::workers_per_machine)
       .def_readwrite("coordinator", &Config::coordinator)
       .def_readwrite("token", &Config::token)
       .def_readwrite("listen", &Config::listen)
@@ -245,10 +248,12 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("ps_server_floats", &CommCost::ps_server_floats)
       .def_readonly("ps_colocated_floats", &CommCost::ps_colocated_floats)
       .def_readonly("sfb_floats", &CommCost::sfb_floats)
+      .def_readonly("ps_local_floats", &CommCost::ps_local_floats)
+      .def_readonly("sfb_local_floats", &CommCost::sfb_local_floats)
       .def_property_readonly("ps_bytes", &CommCost::ps_bytes)
       .def_property_readonly("sfb_bytes", &CommCost::sfb_bytes);
   m.def("comm_cost", &comm_cost, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("p1"),
-        py::arg("p2"));
+        py::arg("p2"), py::arg("workers_per_machine") = int64_t{1});
   m.def("best_scheme", &best_scheme, py::arg("kind"), py::arg("m"), py::arg("n"), py::arg("k"),
         py::arg("p1"), py::arg("p2"));
   m.def("sfb_crossover_workers", &sfb_crossover_workers, py::arg("m"), py::arg("n"), py::arg("k"),
@@ -278,8 +283,10 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("wire_bytes", &SchemeEstimate::wire_bytes)
       .def_readonly("flops", &SchemeEstimate::flops)
       .def_readonly("memory_bytes", &SchemeEstimate::memory_bytes)
+      .def_readonly("local_bytes", &SchemeEstimate::local_bytes)
       .def_readonly("seconds", &SchemeEstimate::seconds)
       .def_readonly("wire_s", &SchemeEstimate::wire_s)
+      .def_readonly("local_s", &SchemeEstimate::local_s)
       .def_readonly("encode_s", &SchemeEstimate::encode_s)
       .def_readonly("between_s", &SchemeEstimate::between_s)
       .def_readonly("finish_s", &SchemeEstimate::finish_s)
@@ -297,11 +304,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("estimate_scheme", &estimate_scheme, py::arg("scheme"), py::arg("kind"), py::arg("m"),
         py::arg("n"), py::arg("k"), py::arg("p1"), py::arg("p2"),
         py::arg("rank") = uint64_t{kDefaultPowerSGDRank}, py::arg("num_floats") = uint64_t{0},
-        py::arg("rates") = Rates{}, py::arg("measured") = MeasuredCosts{});
+        py::arg("rates") = Rates{}, py::arg("measured") = MeasuredCosts{},
+        py::arg("workers_per_machine") = int64_t{1});
   m.def("estimate_schemes", &estimate_schemes, py::arg("kind"), py::arg("m"), py::arg("n"),
         py::arg("k"), py::arg("p1"), py::arg("p2"),
         py::arg("rank") = uint64_t{kDefaultPowerSGDRank}, py::arg("num_floats") = uint64_t{0},
         py::arg("rates") = Rates{}, py::arg("measured") = MeasuredCosts{},
+        py::arg("workers_per_machine") = int64_t{1},
         "All four estimates, in Scheme order (PS, SFB, BF16, PowerSGD).");
   m.def("scheme_candidate", &scheme_candidate, py::arg("scheme"), py::arg("kind"), py::arg("m"),
         py::arg("n"), py::arg("num_floats"), py::arg("compression"),
@@ -311,7 +320,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("choose_scheme", &choose_scheme, py::arg("kind"), py::arg("m"), py::arg("n"), py::arg("k"),
         py::arg("p1"), py::arg("p2"), py::arg("compression") = Compression::kNone,
         py::arg("rank") = uint64_t{kDefaultPowerSGDRank}, py::arg("num_floats") = uint64_t{0},
-        py::arg("rates") = Rates{}, py::arg("measured") = MeasuredCosts{});
+        py::arg("rates") = Rates{}, py::arg("measured") = MeasuredCosts{},
+        py::arg("workers_per_machine") = int64_t{1});
 
   py::class_<LayerSpec>(m, "LayerSpec")
       .def(py::init([](uint32_t layer_id, std::string name, LayerKind kind, uint64_t mm, uint64_t n,
@@ -371,6 +381,11 @@ PYBIND11_MODULE(_C, m) {
   py::class_<Plan>(m, "Plan")
       .def_readonly("num_workers", &Plan::num_workers)
       .def_readonly("num_servers", &Plan::num_servers)
+      .def_readonly("workers_per_machine", &Plan::workers_per_machine)
+      .def_property_readonly("num_machines", &Plan::num_machines)
+      .def("is_leader", &Plan::is_leader, py::arg("worker"))
+      .def("machine_of", &Plan::machine_of, py::arg("worker"))
+      .def("leader_of_machine", &Plan::leader_of_machine, py::arg("machine"))
       .def_readonly("chunk_bytes", &Plan::chunk_bytes)
       .def_readonly("compression", &Plan::compression)
       .def_readonly("powersgd_rank", &Plan::powersgd_rank)
@@ -387,13 +402,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("make_plan", &make_plan, py::arg("specs"), py::arg("num_workers"), py::arg("num_servers"),
         py::arg("chunk_bytes") = kDefaultChunkBytes, py::arg("force") = SchemeChoice::kAuto,
         py::arg("compression") = Compression::kNone,
-        py::arg("powersgd_rank") = kDefaultPowerSGDRank, py::arg("rates") = Rates{});
+        py::arg("powersgd_rank") = kDefaultPowerSGDRank, py::arg("rates") = Rates{},
+        py::arg("workers_per_machine") = 1);
   m.def("schedule_seconds", &schedule_seconds, py::arg("specs"), py::arg("chosen"),
         "The simulated backward + synchronisation seconds of one iteration (schedule.h, Note "
         "[schedule]): the layers' specs and their schemes' estimates, in declaration order.");
   m.def("layer_estimates", &layer_estimates, py::arg("spec"), py::arg("num_workers"),
         py::arg("num_servers"), py::arg("powersgd_rank") = kDefaultPowerSGDRank,
-        py::arg("rates") = Rates{},
+        py::arg("rates") = Rates{}, py::arg("workers_per_machine") = 1,
         "Every scheme's SchemeEstimate for one layer, in Scheme order: why the plan chose.");
 
   m.def("steady_clock_ns", &steady_clock_ns,
@@ -562,6 +578,10 @@ PYBIND11_MODULE(_C, m) {
             w.worker->shutdown(timeout_or(timeout_ms, w.worker->timeout_ms()));
           },
           py::arg("timeout_ms") = py::none(), Release())
+      .def(
+          "failure", [](const PyWorker& w) { return w.worker->failure(); },
+          "Why the job ended (naming the node at its origin), or '' while it runs; "
+          "non-blocking.")
       .def("traffic",
            [](const PyWorker& w) {
              py::dict out;

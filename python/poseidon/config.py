@@ -45,6 +45,15 @@ LAUNCHER_LOCAL_RANK = (
     "MPI_LOCALRANKID",
     "SLURM_LOCALID",
 )
+# The workers of this process's machine, for POSEIDON_WORKERS_PER_HOST=auto.
+LAUNCHER_LOCAL_SIZE = (
+    "POSEIDON_LOCAL_WORKERS",
+    "LOCAL_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MPI_LOCALNRANKS",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+)
 
 
 class SettingError(ValueError):
@@ -78,6 +87,17 @@ SETTINGS: tuple[Setting, ...] = (
         "P1; falls back to WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS",
     ),
     Setting("num_servers", "POSEIDON_NUM_SERVERS", "", "1", "P2, the number of KV-store shards"),
+    Setting(
+        "workers_per_host",
+        "POSEIDON_WORKERS_PER_HOST",
+        "",
+        "1",
+        "G, the workers of one machine (ranks g·G .. g·G+G−1 are machine g's): they sum their "
+        "gradients inside the machine and only the first, its leader, talks to the shards and "
+        "the other machines (docs/communication.md, local aggregation); `auto`: the launcher's "
+        "count of this machine's workers (POSEIDON_LOCAL_WORKERS, LOCAL_WORLD_SIZE, "
+        "OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_STEP_TASKS_PER_NODE); 1: every worker on its own",
+    ),
     Setting(
         "coordinator",
         "POSEIDON_COORDINATOR",
@@ -200,6 +220,14 @@ SETTINGS: tuple[Setting, ...] = (
         "simulated iteration, and the workers time each scheme's compute (and poseidon.torch "
         "each module's backward) before declaring their layers; unknown: schemes are ranked "
         "by bytes alone",
+    ),
+    Setting(
+        "local_rate",
+        "POSEIDON_LOCAL_RATE",
+        "bit/s",
+        "0 (unknown)",
+        "coordinator: the bandwidth between a machine's workers (NVLink, PCIe, shared memory), "
+        "for the local stage's time when POSEIDON_WORKERS_PER_HOST > 1; unknown: counted 0 s",
     ),
     Setting(
         "gemm_rate",
@@ -371,6 +399,16 @@ def parse_link_rate(text: str, name: str) -> float:
         raise SettingError(f"{name}: {e}") from None
 
 
+AUTO_WORKERS_PER_HOST = 0  # `auto`, resolved by Config.from_env from the launcher's variables
+
+
+def parse_workers_per_host(text: str, name: str) -> int:
+    """'auto' (AUTO_WORKERS_PER_HOST) or a count >= 1."""
+    if text.strip().lower() == "auto":
+        return AUTO_WORKERS_PER_HOST
+    return parse_positive(text, name)
+
+
 def _choice(options: tuple[str, ...]) -> Callable[[str, str], str]:
     def parse(text: str, name: str) -> str:
         value = text.strip().lower()
@@ -405,6 +443,8 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "compression": parse_compression,
     "powersgd_rank": parse_positive,
     "link_rate": parse_link_rate,
+    "local_rate": parse_link_rate,
+    "workers_per_host": parse_workers_per_host,
     "gemm_rate": parse_rate,
     "memory_rate": parse_rate,
     "verbose": parse_bool,
@@ -416,6 +456,34 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "local_rank": parse_int,
     "local_server": lambda text, name: text.strip(),
 }
+
+
+def _check_machine(cfg: Config, env: Mapping[str, str]) -> None:
+    """Where the launcher counts G workers on this host, they must be ranks m·G .. m·G+G−1 in
+    order, or the machine's local group would span hosts and never form."""
+    g = cfg.workers_per_host
+    if g == 1 or not any(env.get(n, "").strip() for n in LAUNCHER_LOCAL_SIZE):
+        return
+    if _local_size(env) == g and cfg.local_rank != cfg.rank % g:
+        raise SettingError(
+            f"worker {cfg.rank} has local rank {cfg.local_rank}, but with {g} workers per host "
+            f"machine {cfg.rank // g}'s workers are ranks {cfg.rank // g * g}.."
+            f"{cfg.rank // g * g + g - 1} in order (local rank = rank mod {g}): start ranks "
+            "host by host, as torchrun, srun's block distribution and mpirun --map-by slot do"
+        )
+
+
+def _local_size(env: Mapping[str, str]) -> int:
+    """POSEIDON_WORKERS_PER_HOST=auto: the launcher's count of this machine's workers."""
+    for name in LAUNCHER_LOCAL_SIZE:
+        if env.get(name, "").strip():
+            # SLURM writes "4(x2)" for "4 on each of 2 nodes" and "2(x3),1" where they differ:
+            # the first machine's count (uneven machines then fail the divisor check).
+            return parse_positive(env[name].split("(", 1)[0].split(",", 1)[0], name)
+    raise SettingError(
+        "POSEIDON_WORKERS_PER_HOST=auto, but no launcher says how many workers share this "
+        f"machine (none of {', '.join(LAUNCHER_LOCAL_SIZE)} is set): give the count"
+    )
 
 
 def local_address_towards(host: str) -> str:
@@ -438,6 +506,7 @@ class Config:
     rank: int = 0
     num_workers: int = 1
     num_servers: int = 1
+    workers_per_host: int = 1
     coordinator: str = f"127.0.0.1:{DEFAULT_COORDINATOR_PORT}"
     token: str = ""
     listen: str = ""  # "" -> "<host>:0"
@@ -457,6 +526,7 @@ class Config:
     compression: str = "none"  # may carry its rank: "powersgd:8" (allowance() splits it)
     powersgd_rank: int = DEFAULT_POWERSGD_RANK
     link_rate: float = 0.0  # bits per second; 0 = unknown
+    local_rate: float = 0.0  # bits per second between a machine's workers; 0 = unknown
     gemm_rate: float = 0.0  # flop/s
     memory_rate: float = 0.0  # bytes/s
     verbose: bool = False
@@ -513,8 +583,12 @@ class Config:
                     if name in env:
                         values[field] = parse_int(env[name], name)
                         break
+        if values.get("workers_per_host") == AUTO_WORKERS_PER_HOST:
+            values["workers_per_host"] = _local_size(env)
         cfg = cls(**values)
         cfg.check()
+        if cfg.role == "worker":
+            _check_machine(cfg, env)
         return cfg
 
     def check(self) -> None:
@@ -527,6 +601,11 @@ class Config:
         if self.powersgd_rank < 1:
             raise SettingError(f"powersgd_rank={self.powersgd_rank} (want >= 1)")
         self.allowance()  # raises on a bad compression or a rank given twice, differently
+        g = self.workers_per_host
+        if g < 1 or self.num_workers % g:
+            raise SettingError(f"workers_per_host={g}: want a divisor of the job's "
+                               f"{self.num_workers} workers (num_workers)")  # fmt: skip
+
         limit = self.num_workers if self.role == "worker" else self.num_servers
         if self.role != "coordinator" and not 0 <= self.rank < limit:
             raise SettingError(
@@ -548,9 +627,22 @@ class Config:
 
     @property
     def colocated_shards(self) -> int:
-        """How many shards run inside a worker's process: shard r inside worker r's, for
-        r below this (more workers than shards: the rest have none beside them)."""
-        return min(self.num_workers, self.num_servers) if self.colocate else 0
+        """How many shards run inside a worker's process: shard r inside the process of
+        worker r (with several workers per host: of machine r's leader, worker r·G), for r
+        below this (more workers than shards: the rest have none beside them)."""
+        machines = self.num_workers // self.workers_per_host
+        return min(machines, self.num_servers) if self.colocate else 0
+
+    def worker_hosting_shard(self, shard: int) -> int:
+        """The worker whose process runs colocated shard `shard` (< colocated_shards)."""
+        return shard * self.workers_per_host
+
+    def colocated_shard(self) -> int | None:
+        """The shard this worker's process runs, if any."""
+        g = self.workers_per_host
+        if self.rank % g or self.rank // g >= self.colocated_shards:
+            return None
+        return self.rank // g
 
     @property
     def listen_address(self) -> str:
@@ -567,7 +659,8 @@ class Config:
         rate's bytes of them per second (docs/communication.md §5)."""
         from poseidon import _C
 
-        return _C.Rates(2 * self.link_rate / 8, self.gemm_rate, self.memory_rate)
+        return _C.Rates(2 * self.link_rate / 8, self.gemm_rate, self.memory_rate,
+                        2 * self.local_rate / 8)  # fmt: skip
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -583,6 +676,7 @@ class Config:
         c.rank = self.rank
         c.num_workers = self.num_workers
         c.num_servers = self.num_servers
+        c.workers_per_machine = self.workers_per_host
         c.coordinator = self.coordinator
         c.token = self.token
         c.listen = self.listen_address

@@ -54,6 +54,7 @@ JOB_WIDE_SETTINGS = (
     "POSEIDON_COMPRESSION",
     "POSEIDON_POWERSGD_RANK",
     "POSEIDON_LINK_RATE",
+    "POSEIDON_LOCAL_RATE",
     "POSEIDON_GEMM_RATE",
     "POSEIDON_MEMORY_RATE",
     "POSEIDON_LAYER_SCHEMES",
@@ -79,7 +80,8 @@ class JobSpec:
     timeout_ms: int | None = None
     coordinator_port: int = 0
     hosts: list[Host] = field(default_factory=list)  # empty: everything on this machine
-    colocate: bool = True  # shard r runs inside worker r's process (r < min(P1, P2))
+    colocate: bool = True  # shard r runs inside worker r·G's process (r < min(P1/G, P2))
+    workers_per_host: int = 1  # G (POSEIDON_WORKERS_PER_HOST): local aggregation when > 1
     ssh: list[str] = field(default_factory=lambda: ["ssh", "-o", "BatchMode=yes"])
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -134,6 +136,10 @@ class Launcher:
                              f"{len(slots)} slots")  # fmt: skip
         return slots[: self.spec.num_workers]
 
+    def _colocated_shards(self) -> int:
+        """Shards that run inside a worker's process: one per machine, in its leader."""
+        return min(self.spec.num_workers // self.spec.workers_per_host, self.spec.num_servers)
+
     def _server_hosts(self) -> list[str | None]:
         if not self.spec.hosts:
             return [None] * self.spec.num_servers
@@ -148,6 +154,7 @@ class Launcher:
             "POSEIDON_SYNC": self.spec.sync,
             "POSEIDON_SCHEME": self.spec.scheme,
             "POSEIDON_COLOCATE": "1" if self.spec.colocate else "0",
+            "POSEIDON_WORKERS_PER_HOST": str(self.spec.workers_per_host),
         }
         if self.spec.timeline:
             env["POSEIDON_TIMELINE"] = os.path.abspath(self.spec.timeline)
@@ -202,10 +209,16 @@ class Launcher:
         if origin:
             role, rank = origin.group(1), int(origin.group(2))
             self._abort_origin = f"{role} {rank}"
-            if role == "server" and self.spec.colocate and rank < self.spec.num_workers:
-                # Its process is worker `rank`'s: that is the process that died or froze.
-                self._verdict += f" [shard {rank} ran inside worker {rank}'s process]"
-                self._abort_origin = f"worker {rank}"
+            if role == "server" and self.spec.colocate and rank < self._colocated_shards():
+                # Its process is a worker's: that is the process that died or froze.
+                g = self.spec.workers_per_host
+                host = rank * g
+                leader = f", machine {rank}'s leader" if g > 1 else ""
+                self._verdict += f" [shard {rank} ran inside worker {host}'s process{leader}]"
+                self._abort_origin = f"worker {host}"
+            g = self.spec.workers_per_host
+            if role == "worker" and g > 1:
+                self._verdict += f" [worker {rank} was machine {rank // g}'s worker {rank % g}]"
 
     def _start_pump(self, child: Child, first_line: list[str] | None = None) -> None:
         child.pump = threading.Thread(target=self._pump, args=(child, first_line), daemon=True)
@@ -260,8 +273,8 @@ class Launcher:
         address = self._await_address(coordinator, first)
         env["POSEIDON_COORDINATOR"] = address
         for rank, host in enumerate(self._server_hosts()):
-            if self.spec.colocate and rank < self.spec.num_workers:
-                continue  # runs inside worker `rank`
+            if self.spec.colocate and rank < self._colocated_shards():
+                continue  # runs inside worker rank·G, machine `rank`'s leader
             server = self._spawn(f"server {rank}", self._poseidon("server"),
                                  {**env, "POSEIDON_ROLE": "server", "POSEIDON_RANK": str(rank)},
                                  host, False)  # fmt: skip

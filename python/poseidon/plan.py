@@ -134,13 +134,15 @@ def plan_layout(
     powersgd_rank: int = 4,
     rates: Any = None,
     measure: Callable[[list[Any]], None] | None = None,
+    workers_per_host: int = 1,
 ) -> Any:
     """The `_C.Plan` a job of `workers` and `servers` runs for a front end's `layout`: the
     specs its workers declare (layer_specs, then `extra_specs`, units of the front end's own
     such as poseidon.torch's broadcast unit) through `_C.make_plan`, the coordinator's
     function, with the job's `compression` allowance, PowerSGD rank and `_C.Rates`;
-    `measure`, if given, fills the specs' measured costs first, as a job's workers do.
-    `poseidon plan` prints this for a Caffe net and for a torch model alike."""
+    `measure`, if given, fills the specs' measured costs first, as a job's workers do;
+    `workers_per_host` is the job's G (local aggregation when > 1). `poseidon plan` prints
+    this for a Caffe net and for a torch model alike."""
     from poseidon import _C
     from poseidon.config import compression_of
 
@@ -149,7 +151,8 @@ def plan_layout(
         measure(specs)
     return _C.make_plan(specs, workers, servers, force=scheme_choice(scheme),
                         compression=compression_of(compression), powersgd_rank=powersgd_rank,
-                        rates=rates if rates is not None else _C.Rates())  # fmt: skip
+                        rates=rates if rates is not None else _C.Rates(),
+                        workers_per_machine=workers_per_host)  # fmt: skip
 
 
 def _mb(x: float) -> str:
@@ -253,10 +256,12 @@ def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
     lossy = lossy_layers(plan, skip_names)
     show_lossy = plan.compression != _C.Compression.NONE or bool(lossy)
     timed = plan.rates.link_bytes_per_s > 0
+    local = plan.workers_per_machine > 1
     header = ["layer", "kind", "MxN", "K", "PS MB/iter", "SFB MB/iter"]
     if show_lossy:
         header += ["BF16 MB/iter", "PowerSGD MB/iter"]
-    header += ["scheme", *(["ms/iter"] if timed else []), "why"]
+    header += [*(["local MB/iter"] if local else []), "scheme",
+               *(["ms/iter"] if timed else []), "why"]  # fmt: skip
     body = []
     ps_total = hybrid = seconds = 0.0
     for lp in plan.layers:
@@ -264,7 +269,8 @@ def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
         if spec.name in skip_names:
             continue
         estimates = _C.layer_estimates(spec, plan.num_workers, plan.num_servers,
-                                       plan.powersgd_rank, plan.rates)  # fmt: skip
+                                       plan.powersgd_rank, plan.rates,
+                                       plan.workers_per_machine)  # fmt: skip
         shown = {e.scheme: _mb(e.wire_bytes) if e.applicable else "-" for e in estimates}
         ps_total += cost.ps_bytes
         hybrid += lp.estimate.wire_bytes
@@ -273,6 +279,8 @@ def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
                shown[_C.Scheme.PS], shown[_C.Scheme.SFB]]  # fmt: skip
         if show_lossy:
             row += [shown[_C.Scheme.BF16], shown[_C.Scheme.POWERSGD]]
+        if local:
+            row.append(_mb(lp.estimate.local_bytes))
         row += [scheme_label(lp), *([f"{1e3 * lp.estimate.seconds:.2f}"] if timed else []),
                 why_chosen(plan, lp, estimates)]  # fmt: skip
         body.append(row)
@@ -292,10 +300,15 @@ def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
     # Rates count sent + received: a full-duplex link of R bit/s moves 2·R/8 bytes of them.
     rate = (f"link {8 * plan.rates.link_bytes_per_s / 2 / 1e6:g} Mbit/s each way" if timed
             else "link rate unknown: schemes ranked by bytes")  # fmt: skip
+    g = plan.workers_per_machine
+    where = ""
+    if local:
+        where = (f" on {plan.num_machines} machines of {g} (local aggregation: the machine's "
+                 "sum crosses its link; local MB per worker inside the machine)")  # fmt: skip
     out = [
-        f"P1={plan.num_workers} workers, P2={plan.num_servers} shards; MB (1e6 bytes) "
-        "sent+received per node per iteration, fp32 weights (docs/paper.md §4); "
-        f"compression {allowance}; {rate}",
+        f"P1={plan.num_workers} workers{where}, P2={plan.num_servers} shards; MB (1e6 bytes) "
+        f"sent+received per {'machine' if local else 'node'} per iteration, fp32 weights "
+        f"(docs/paper.md §4); compression {allowance}; {rate}",
         line(header),
         line(["-" * w for w in widths]),
         *(line(b) for b in body),

@@ -17,8 +17,11 @@ from typing import Any
 # One row per kind of activity, in the order they are listed in the viewer: compute
 # (forward/backward per layer), sync (a layer's whole round: handed to the comm core until
 # done), queued (waiting in the comm core's priority queue), sending (first byte out until
-# the last reply in), wait (the training thread blocked on it), apply (deferred update).
-LANES = {"compute": 1, "sync": 2, "queued": 3, "sending": 4, "wait": 5, "apply": 6, "data": 7}
+# the last reply in), wait (the training thread blocked on it), apply (deferred update), local
+# (with several workers per machine: the layer's sum inside the machine, and its result
+# spread back; poseidon/sync/local_round.py).
+LANES = {"compute": 1, "sync": 2, "queued": 3, "sending": 4, "wait": 5, "apply": 6, "data": 7,
+         "local": 8}  # fmt: skip
 
 
 def per_worker_path(path: str) -> str:

@@ -44,10 +44,14 @@ struct Rates {
   double link_bytes_per_s = 0;
   double gemm_flops_per_s = 0;    // the GEMMs of SFB's rebuild and of PowerSGD
   double memory_bytes_per_s = 0;  // streaming passes (conversions, error feedback)
+  // Inside one machine, between its workers (NVLink, PCIe, shared memory), in
+  // bytes sent + received per second per worker: the local stage of a machine
+  // of several workers (cost_model.h, Note [local aggregation]).
+  double local_bytes_per_s = 0;
 
   bool operator==(const Rates& o) const {
     return link_bytes_per_s == o.link_bytes_per_s && gemm_flops_per_s == o.gemm_flops_per_s &&
-           memory_bytes_per_s == o.memory_bytes_per_s;
+           memory_bytes_per_s == o.memory_bytes_per_s && local_bytes_per_s == o.local_bytes_per_s;
   }
 };
 
@@ -75,6 +79,13 @@ struct Config {
   int rank = 0;         // 0 <= rank < num_workers (workers) or num_servers (servers)
   int num_workers = 1;  // P1
   int num_servers = 1;  // P2
+  // G, the workers of one machine (cost_model.h, Note [local aggregation]):
+  // ranks g·G .. g·G+G−1 are machine g's, the first of them its leader, the
+  // only one that pushes to the shards and sends factors; the others' share
+  // reaches it inside the machine (the Python side's local stage). Must divide
+  // num_workers. The coordinator's value is authoritative: it travels in the
+  // plan.
+  int workers_per_machine = 1;
   // Where the coordinator listens: "host:port" (TCP) or "inproc://name".
   std::string coordinator = "127.0.0.1:29600";
   // Shared secret every connection must present before any other frame.

@@ -22,18 +22,34 @@ inline constexpr double kBytesPerFloat = 4.0;  // fp32
 // Floats sent + received per iteration for one layer with an M×N weight,
 // P1 workers, P2 server shards, K samples per worker. Doubles: exact for
 // every integer below 2^53, and no overflow for the largest layers.
+//
+// Note [local aggregation]: with G workers per machine (Config::
+// workers_per_machine) a machine's workers first sum their gradient inside
+// the machine and only its leader talks over the network: to the shards the
+// job has Pm = P1/G pushers, and under SFB each machine sends its G·K rows.
+// So the four network fields below are the paper's formulas with P1 := Pm
+// and, for SFB, K := G·K — per machine, through its one link (G = 1: P1 and
+// K as written). The local stage moves, per worker, through the machine's
+// internal links (Rates::local_bytes_per_s): under PS, BF16 and PowerSGD a
+// reduce to the leader and a broadcast back, each (G−1)/G of the fp32 layer
+// in and out (pipelined, as NCCL's); under SFB the machine's factors
+// gathered, and the other machines' spread to every worker. G = 1 is the
+// paper's layout: both local fields are 0.
 struct CommCost {
   double ps_worker_floats = 0;     // a worker alone: 2·M·N
   double ps_server_floats = 0;     // a shard alone: 2·P1·M·N/P2
   double ps_colocated_floats = 0;  // one worker + one shard on a node: 2·M·N·(P1+P2−2)/P2
   double sfb_floats = 0;           // a worker under SFB: 2·K·(P1−1)·(M+N)
+  double ps_local_floats = 0;      // one worker's local stage, PS: 4·M·N·(G−1)/G
+  double sfb_local_floats = 0;     // one worker's local stage, SFB: K·(M+N)·Pm·(G−1)
 
   double ps_bytes() const { return ps_colocated_floats * kBytesPerFloat; }
   double sfb_bytes() const { return sfb_floats * kBytesPerFloat; }
 };
 
-// The formula. Non-blocking, thread-safe. Requires P1 >= 1, P2 >= 1.
-CommCost comm_cost(uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2);
+// The formula. Non-blocking, thread-safe. Requires P1 >= 1, P2 >= 1 and G a
+// divisor of P1 (ConfigError).
+CommCost comm_cost(uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2, int64_t g = 1);
 
 // BestScheme: not FC -> PS; FC and SFB cost <= colocated PS cost -> SFB;
 // else PS. Costs are compared per node per iteration (colocated column).
@@ -50,9 +66,13 @@ int64_t sfb_crossover_workers(uint64_t m, uint64_t n, uint64_t k, int64_t max_p 
 //                 ps_colocated_floats (a worker and a shard on every node)
 //   flops         GEMM work the scheme adds to plain training
 //   memory_bytes  streaming passes over memory the scheme adds
-//   seconds       wire_bytes/link + flops/gemm + memory_bytes/memory (Rates);
-//                 an unknown rate (0) contributes 0 s
-// With r = min(rank, M, N) and c = (P1+P2−2)/P2 (the colocated PS factor):
+//   local_bytes   the local stage's (Note [local aggregation]), per worker
+//   seconds       wire_bytes/link + local_bytes/local + flops/gemm +
+//                 memory_bytes/memory (Rates); an unknown rate (0)
+//                 contributes 0 s
+// With r = min(rank, M, N) and c = (P1+P2−2)/P2 (the colocated PS factor;
+// with G workers per machine the wire columns take P1 := P1/G and SFB's
+// K := G·K, Note [local aggregation]; the flops stay each worker's):
 //   scheme    wire_bytes           flops               memory_bytes
 //   PS        4·2·M·N·c            0                   0
 //   BF16      2·2·M·N·c            0                   12·M·N
@@ -122,26 +142,30 @@ struct SchemeEstimate {
   double wire_bytes = 0;    // sent + received per node per iteration
   double flops = 0;         // extra GEMM flops per node per iteration
   double memory_bytes = 0;  // extra memory traffic per node per iteration
+  double local_bytes = 0;   // the local stage, per worker (Note [local aggregation])
   double seconds = 0;       // predicted; unknown rates count 0
   // seconds, split by where it falls (Note [schedule]); seconds is their sum.
   double wire_s = 0;     // wire_bytes at the link rate (PowerSGD: both rounds)
+  double local_s = 0;    // local_bytes at the local rate: half before the wire, half after
   double encode_s = 0;   // on the training thread, before the layer's first send
   double between_s = 0;  // PowerSGD: between its two rounds
   double finish_s = 0;   // after the layer's last round, before its update
 };
 
 // The estimate of `scheme` for a layer of `kind` with an m×n weight, k
-// samples per worker, `num_floats` floats in all, P1 workers, P2 shards and
-// PowerSGD rank `rank`; `measured` replaces the formula's compute where set.
-// Requires P1, P2 >= 1 (ConfigError). Pure.
+// samples per worker, `num_floats` floats in all, P1 workers, P2 shards,
+// PowerSGD rank `rank` and G workers per machine; `measured` replaces the
+// formula's compute where set. Requires P1, P2 >= 1 and G a divisor of P1
+// (ConfigError). Pure.
 SchemeEstimate estimate_scheme(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
                                int64_t p1, int64_t p2, uint64_t rank, uint64_t num_floats,
-                               const Rates& rates, const MeasuredCosts& measured = {});
+                               const Rates& rates, const MeasuredCosts& measured = {},
+                               int64_t g = 1);
 // All four, in Scheme order (PS, SFB, BF16, PowerSGD).
 std::vector<SchemeEstimate> estimate_schemes(LayerKind kind, uint64_t m, uint64_t n, uint64_t k,
                                              int64_t p1, int64_t p2, uint64_t rank,
                                              uint64_t num_floats, const Rates& rates,
-                                             const MeasuredCosts& measured = {});
+                                             const MeasuredCosts& measured = {}, int64_t g = 1);
 // True if `a` ranks before `b` (Note [time model]: seconds, or wire_bytes
 // when rates.link_bytes_per_s is 0; ties by SFB, PS, BF16, PowerSGD).
 bool ranks_before(const SchemeEstimate& a, const SchemeEstimate& b, const Rates& rates);
@@ -154,6 +178,6 @@ bool scheme_candidate(Scheme scheme, LayerKind kind, uint64_t m, uint64_t n, uin
 // schedule when the link rate is known (Note [schedule], schedule.h).
 Scheme choose_scheme(LayerKind kind, uint64_t m, uint64_t n, uint64_t k, int64_t p1, int64_t p2,
                      Compression compression, uint64_t rank, uint64_t num_floats,
-                     const Rates& rates, const MeasuredCosts& measured = {});
+                     const Rates& rates, const MeasuredCosts& measured = {}, int64_t g = 1);
 
 }  // namespace poseidon

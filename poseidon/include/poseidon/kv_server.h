@@ -3,13 +3,15 @@
 // assigns to it (chunk g of the layers through the shards — PS, BF16,
 // PowerSGD — goes to shard g mod P2) and runs bulk-synchronous rounds per
 // chunk: for iteration t it sums the P1 workers' pushes of chunk c and sends
-// the sum back to each of them. It never divides: workers do (the mean is
-// the caller's job). A PowerSGD layer's chunks are just chunks (of part 0 or
-// part 1, plan.h Note [plan parts]): each has its own rounds, one per
-// iteration. A BF16 layer's pushes and replies are bfloat16 (PUSH16,
-// PULL_REPLY16, 2 bytes per float); the shard widens each push as it adds it
-// into an fp32 sum, and replies with bf16 of the finished fp32 sum
-// (internal/bf16.h, Note [bf16 rounding]).
+// the sum back to each of them — with several workers per machine, the Pm
+// machines' leaders' pushes, each already its machine's sum (cost_model.h,
+// Note [local aggregation]); a push from another worker is rejected. It
+// never divides: workers do (the mean is the caller's job). A PowerSGD
+// layer's chunks are just chunks (of part 0 or part 1, plan.h Note [plan
+// parts]): each has its own rounds, one per iteration. A BF16 layer's pushes
+// and replies are bfloat16 (PUSH16, PULL_REPLY16, 2 bytes per float); the
+// shard widens each push as it adds it into an fp32 sum, and replies with
+// bf16 of the finished fp32 sum (internal/bf16.h, Note [bf16 rounding]).
 //
 // Note [round rules]: a chunk's rounds run at consecutive iterations (the
 // first round may start anywhere, e.g. after a resume). A push is accepted

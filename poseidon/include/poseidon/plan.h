@@ -121,6 +121,9 @@ struct LayerPlan {
 struct Plan {
   int num_workers = 0;
   int num_servers = 0;
+  // G (Config::workers_per_machine; cost_model.h, Note [local aggregation]):
+  // only each machine's leader pushes to the shards and sends factors.
+  int workers_per_machine = 1;
   size_t chunk_bytes = 0;
   // What the coordinator decided with (they travel in the plan, so every
   // node derives the same layout and estimates).
@@ -132,6 +135,11 @@ struct Plan {
   // schedule.h simulates it; 0 when the link rate is unknown.
   double schedule_s = 0;
 
+  // Pm = P1/G: the leaders, who push to the shards and exchange factors.
+  int num_machines() const { return num_workers / workers_per_machine; }
+  int machine_of(int worker) const { return worker / workers_per_machine; }
+  int leader_of_machine(int machine) const { return machine * workers_per_machine; }
+  bool is_leader(int worker) const { return worker % workers_per_machine == 0; }
   // The chunk size of SFB factors, and the upper bound of PS chunks.
   size_t chunk_floats() const { return chunk_bytes / 4; }
   // nullptr when the layer is not in the plan. Thread-safe (const).
@@ -152,15 +160,18 @@ uint32_t count_chunks(uint64_t num_floats, size_t chunk_floats);
 // (Config::scheme), else the cost model's pick among the schemes
 // `compression` allows (choose_scheme; with kNone and no rates, BestScheme;
 // with the link rate known, refined on the iteration's schedule: Note
-// [schedule] in schedule.h) — and lays out parts and chunks. Throws
-// ConfigError on duplicate layer ids, sizes that overflow, powersgd_rank <
-// 1, a negative or non-finite rate or measured cost, or a forced scheme the
-// layer cannot serve (naming the layer and the setting).
+// [schedule] in schedule.h) — and lays out parts and chunks, for
+// `workers_per_machine` workers per machine (cost_model.h, Note [local
+// aggregation]). Throws ConfigError on duplicate layer ids, sizes that
+// overflow, powersgd_rank < 1, a negative or non-finite rate or measured
+// cost, a workers_per_machine that does not divide num_workers, or a forced
+// scheme the layer cannot serve (naming the layer and the setting).
 // Non-blocking, thread-safe.
 Plan make_plan(const std::vector<LayerSpec>& specs, int num_workers, int num_servers,
                size_t chunk_bytes, SchemeChoice cluster_force,
                Compression compression = Compression::kNone,
-               int powersgd_rank = kDefaultPowerSGDRank, const Rates& rates = {});
+               int powersgd_rank = kDefaultPowerSGDRank, const Rates& rates = {},
+               int workers_per_machine = 1);
 
 // Rebuilds a plan from decided schemes (what travels on the wire); derives
 // costs, estimates, parts and chunks with the same code as make_plan. Throws
@@ -168,12 +179,12 @@ Plan make_plan(const std::vector<LayerSpec>& specs, int num_workers, int num_ser
 Plan assemble_plan(const std::vector<LayerSpec>& specs, const std::vector<Scheme>& schemes,
                    int num_workers, int num_servers, size_t chunk_bytes,
                    int powersgd_rank = kDefaultPowerSGDRank, const Rates& rates = {},
-                   Compression compression = Compression::kNone);
+                   Compression compression = Compression::kNone, int workers_per_machine = 1);
 
 // Every scheme's estimate for one layer (cost_model.h, estimate_schemes), in
 // Scheme order: what `poseidon plan` prints to say why a scheme won.
 std::vector<SchemeEstimate> layer_estimates(const LayerSpec& spec, int num_workers, int num_servers,
                                             int powersgd_rank = kDefaultPowerSGDRank,
-                                            const Rates& rates = {});
+                                            const Rates& rates = {}, int workers_per_machine = 1);
 
 }  // namespace poseidon

@@ -11,7 +11,9 @@
 //     product it skips; the sum is at least 0), and its first transfer is
 //     ready;
 //   - the link carries one transfer at a time, in the order they become
-//     ready (ties: lower layer first), each for its share of wire_s
+//     ready (ties: lower layer first; a layer is ready local_s/2 after its
+//     backward, the local reduce of cost_model.h Note [local aggregation],
+//     and done local_s/2 after its last transfer), each for its share of wire_s
 //     (PowerSGD: part 0 then part 1, by their floats, r·M and r·N; part 1 is
 //     ready between_s after part 0 is back, encoded on a continuation thread
 //     — which shares the device, so between_s also lengthens the training
@@ -50,10 +52,11 @@ double schedule_seconds(const std::vector<LayerSpec>& specs,
 
 // make_plan's refinement: the schemes for `specs` that the schedule finds
 // fastest, starting from `picks` (the per-layer ones); layers in `fixed`
-// (forced) keep theirs. Requires rates.link_bytes_per_s > 0. Pure.
+// (forced) keep theirs; G workers per machine. Requires
+// rates.link_bytes_per_s > 0. Pure.
 std::vector<Scheme> refine_by_schedule(const std::vector<LayerSpec>& specs,
                                        std::vector<Scheme> picks, const std::vector<bool>& fixed,
                                        int num_workers, int num_servers, Compression compression,
-                                       int powersgd_rank, const Rates& rates);
+                                       int powersgd_rank, const Rates& rates, int g = 1);
 
 }  // namespace poseidon

@@ -113,6 +113,11 @@ class Worker {
   // Payload bytes sent and received so far by layer (every scheme).
   // Thread-safe.
   std::map<uint32_t, LayerTraffic> traffic() const;
+  // Why the job ended (the first failure, naming the node at its origin; after
+  // shutdown, that this worker stopped), or "" while it runs. Non-blocking,
+  // thread-safe: what a wait outside the core (the Python side's local
+  // stage) polls so that it never outlives the job.
+  std::string failure() const;
 
   int rank() const;
   int num_workers() const;

@@ -27,6 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(POSEIDON_COMPRESSION)")  # fmt: skip
     p.add_argument("--powersgd-rank", type=int,
                    help="PowerSGD's rank, default 4 (POSEIDON_POWERSGD_RANK)")  # fmt: skip
+    p.add_argument("--workers-per-host", default="1", metavar="G",
+                   help="G workers per machine sum their gradients inside it and only the "
+                   "first talks to the network (local aggregation); `auto`: the host file's "
+                   "slots (every host the same), or all -n workers on this machine; default "
+                   "1 (POSEIDON_WORKERS_PER_HOST)")  # fmt: skip
     p.add_argument("--no-colocate", dest="colocate", action="store_false",
                    help="run every shard as its own process (default: shard r inside worker r, "
                    "the paper's layout)")  # fmt: skip
@@ -62,7 +67,11 @@ def run(args: argparse.Namespace) -> int:
         return fail("launch", e)
     if args.workers < 1 or (args.servers is not None and args.servers < 1):
         return fail("launch", "-n and -s must be >= 1")
-    servers = args.servers or (len(hosts) if hosts else args.workers)
+    try:
+        per_host = workers_per_host(args.workers_per_host, args.workers, hosts)
+    except SettingError as e:
+        return fail("launch", e)
+    servers = args.servers or (len(hosts) if hosts else args.workers // per_host)
     job_settings = {}
     try:
         if args.compression is not None:
@@ -83,5 +92,35 @@ def run(args: argparse.Namespace) -> int:
         chunk_bytes=args.chunk_bytes or "", timeout_ms=args.timeout_ms,
         coordinator_port=args.port or (29600 if hosts else 0), hosts=hosts,
         ssh=shlex.split(args.ssh), colocate=args.colocate, extra_env=job_settings,
+        workers_per_host=per_host,
     )  # fmt: skip
     return run_job(spec)
+
+
+def workers_per_host(text: str, workers: int, hosts: list) -> int:  # type: ignore[type-arg]
+    """--workers-per-host: a count, or `auto` (the host file's uniform slots, else every
+    worker on this machine). Raises SettingError when it does not fit the job's layout."""
+    from poseidon.config import SettingError, parse_positive
+
+    if text.strip().lower() != "auto":
+        g = parse_positive(text, "--workers-per-host")
+    elif not hosts:
+        g = workers
+    elif len({h.slots for h in hosts}) == 1:
+        g = hosts[0].slots
+    else:
+        raise SettingError("--workers-per-host auto: the host file's hosts have different "
+                           "slots; give G")  # fmt: skip
+    if workers % g:
+        raise SettingError(f"--workers-per-host {g}: want a divisor of -n {workers}")
+    if hosts:
+        names = [h.name for h in hosts for _ in range(h.slots)][:workers]
+        for m in range(workers // g):
+            spread = sorted(set(names[m * g : (m + 1) * g]))
+            if len(spread) != 1:
+                raise SettingError(
+                    f"--workers-per-host {g}: machine {m}'s workers (ranks {m * g}.."
+                    f"{m * g + g - 1}) would run on {', '.join(spread)}: give each host a "
+                    "multiple of G slots"
+                )
+    return g

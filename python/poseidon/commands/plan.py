@@ -28,7 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--torch-input", action="append", default=[], metavar="SHAPE[:DTYPE]",
                    help="the torch model's input (one per argument of its forward)")  # fmt: skip
     p.add_argument("--workers", type=int, required=True, help="P1, number of workers")
-    p.add_argument("--servers", type=int, help="P2, number of shards (default: P1)")
+    p.add_argument("--servers", type=int,
+                   help="P2, number of shards (default: P1, or one per machine)")  # fmt: skip
+    p.add_argument("--workers-per-host", type=int, default=1, metavar="G",
+                   help="G workers per machine, summed inside it first (local aggregation; "
+                   "POSEIDON_WORKERS_PER_HOST)")  # fmt: skip
+    p.add_argument("--local-rate", default="0",
+                   help="bandwidth between a machine's workers, e.g. 100gbit "
+                   "(POSEIDON_LOCAL_RATE)")  # fmt: skip
     p.add_argument("--batch", type=int, help="batch size of every data layer (default: the net's)")
     p.add_argument(
         "--iter-size", type=int, help="passes per iteration (default: the solver's, else 1)"
@@ -73,7 +80,10 @@ def run(args: argparse.Namespace) -> int:
     from poseidon.config import SettingError, parse_layer_schemes
     from poseidon.plan import BROADCAST_NAME, format_plan, plan_layout
 
-    servers = args.servers or args.workers
+    if args.workers_per_host < 1 or args.workers % args.workers_per_host:
+        return fail("plan", f"--workers-per-host {args.workers_per_host}: want a divisor of "
+                            f"--workers {args.workers}")  # fmt: skip
+    servers = args.servers or args.workers // args.workers_per_host
     if args.torch and (args.model or args.solver):
         return fail("plan", "give a Caffe net (--solver/--model) or a --torch model, not both")
     if not (args.model or args.solver or args.torch):
@@ -120,10 +130,12 @@ def _allowance(args: argparse.Namespace) -> dict[str, Any]:
                     powersgd_rank=args.powersgd_rank,
                     link_rate=parse_link_rate(args.bandwidth, "--bandwidth"),
                     gemm_rate=parse_rate(args.gemm_rate, "--gemm-rate"),
-                    memory_rate=parse_rate(args.memory_rate, "--memory-rate"))  # fmt: skip
+                    memory_rate=parse_rate(args.memory_rate, "--memory-rate"),
+                    local_rate=parse_link_rate(args.local_rate, "--local-rate"))  # fmt: skip
     config.check()
     kind, rank = config.allowance()
-    return {"compression": kind, "powersgd_rank": rank, "rates": config.rates()}
+    return {"compression": kind, "powersgd_rank": rank, "rates": config.rates(),
+            "workers_per_host": args.workers_per_host}  # fmt: skip
 
 
 def _plan_torch(args: argparse.Namespace, servers: int, forced: dict[str, str]) -> int:

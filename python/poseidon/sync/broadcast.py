@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from poseidon.sync.local import LocalGroup
 from poseidon.sync.round import LayerRound
 
 BROADCAST_FLOATS = 1 << 20  # 4 MiB per piece
@@ -36,8 +37,19 @@ def broadcast_through_rounds(
     """Overwrite each round's layer weights `weights[i]` (a flat float32 tensor) with rank
     0's, through the rounds' own channels. Every worker passes the same rounds in the same
     order. PS rounds run at `iteration`; an SFB layer cut into n pieces runs its pieces at
-    iterations iteration-n+1 .. iteration, so that the first training round, at
-    iteration + 1, follows them either way."""
+    iteration + 1, follows them either way. With several workers per machine (the rounds'
+    `local`), the machines' leaders do this among themselves, then each spreads the weights
+    inside its machine."""
+    local = rounds[0].local if rounds else None
+    if local is None or local.is_leader:
+        _between_workers(rounds, weights, rank, iteration)
+    if local is not None:
+        for data in weights:
+            local.wait(local.spread(data), "the initial weights' spread")
+
+
+def _between_workers(rounds: Sequence[LayerRound], weights: Sequence[torch.Tensor], rank: int,
+                     iteration: int) -> None:  # fmt: skip
     ps = [(r, w) for r, w in zip(rounds, weights) if r.staging is not None]
     sfb = [(r, w) for r, w in zip(rounds, weights) if r.staging is None]
     for r, data in ps:
@@ -67,13 +79,19 @@ def broadcast_through_rounds(
 
 
 class Broadcaster:
-    """The broadcast unit `layer_id` of `worker`, whose capacity is `capacity` floats."""
+    """The broadcast unit `layer_id` of `worker`, whose capacity is `capacity` floats; it
+    registers the unit with the comm core. With `local` (several workers per machine) the
+    machines' leaders run the unit and each spreads what it received inside its machine."""
 
-    def __init__(self, worker, layer_id: int, capacity: int) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, worker, layer_id: int, capacity: int,  # type: ignore[no-untyped-def]
+                 local: LocalGroup | None = None) -> None:  # fmt: skip
         self.worker = worker
         self.layer_id = layer_id
         self.capacity = capacity
+        self.local = local
         self.iteration = 0  # this unit's own round counter (consecutive, as the core wants)
+        if local is None or local.is_leader:
+            worker.register_sfb_layer(layer_id, capacity)
 
     def from_rank0(self, tensors: Sequence[torch.Tensor]) -> None:
         """Overwrite `tensors` (in place) with rank 0's values."""
@@ -91,10 +109,25 @@ class Broadcaster:
                 payload[offset : offset + size] = _bytes_of(t)
                 offset += size
         received = np.empty(math.ceil(total / 4) * 4, np.uint8)
+        if self.local is None or self.local.is_leader:
+            self._between_workers(payload, received)
+        if self.local is not None:
+            spread = torch.from_numpy(received)
+            if self.local.backend == "nccl":
+                spread = spread.cuda()
+            self.local.wait(self.local.spread(spread), "a broadcast's spread")
+            received = spread.cpu().numpy()
+        offset = 0
+        for t, size in zip(tensors, sizes):
+            _write_bytes(t, received[offset : offset + size])
+            offset += size
+
+    def _between_workers(self, payload: np.ndarray | None, received: np.ndarray) -> None:
+        """Rank 0's `payload` into every worker's `received`, through the unit."""
         words = received.size // 4
         for first in range(0, words, self.capacity):
             last = min(words, first + self.capacity)
-            piece = (payload[first * 4 : last * 4].view(np.float32) if sending
+            piece = (payload[first * 4 : last * 4].view(np.float32) if payload is not None
                      else np.zeros(0, np.float32))  # fmt: skip
             handle = self.worker.allgather(self.layer_id, self.iteration, piece)
             handle.wait()
@@ -106,10 +139,6 @@ class Broadcaster:
                     f"{last - first}: the ranks' models differ"
                 )
             received[first * 4 : last * 4] = got.view(np.uint8)
-        offset = 0
-        for t, size in zip(tensors, sizes):
-            _write_bytes(t, received[offset : offset + size])
-            offset += size
 
 
 def _bytes_of(tensor: torch.Tensor) -> np.ndarray:

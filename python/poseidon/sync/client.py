@@ -21,6 +21,7 @@ from poseidon.config import compression_of
 from poseidon.sync.factors import FactorLog
 from poseidon.sync.job import Session
 from poseidon.sync.layout import SyncLayer
+from poseidon.sync.local import LocalGroup
 from poseidon.sync.measure import measure_scheme_costs
 from poseidon.sync.powersgd import seed_draws
 from poseidon.sync.powersgd_round import PowerSGDExchange
@@ -50,7 +51,20 @@ class SyncClient:
         # thread that starts a layer's Q round when its P sum is back (powersgd_round.py).
         self.seed_draws: dict[int, int] = {}
         self.continuation: ThreadPoolExecutor | None = None
+        # Several workers per machine: this machine's local stage (local.py).
+        self.local: LocalGroup | None = None
+        config = session.config
+        if config.workers_per_host > 1:
+            self.local = LocalGroup(self.rank, self.num_workers, config.workers_per_host,
+                                    f"{config.token}/{config.coordinator}", device,
+                                    self.worker.failure, config.timeout_ms / 1e3)  # fmt: skip
         self._closed = False
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this worker talks to the comm core for its machine (always, with one
+        worker per machine)."""
+        return self.local is None or self.local.is_leader
 
     @staticmethod
     def timeline_of(config: Any) -> Timeline | None:
@@ -84,6 +98,14 @@ class SyncClient:
         "BF16" or "PowerSGD". Raises ValueError when the coordinator plans with another
         compression than this worker's settings ask for."""
         plan = self.worker.plan(list(specs))
+        per_host = self.session.config.workers_per_host
+        if plan.workers_per_machine != per_host:
+            raise ValueError(
+                f"worker {self.rank} runs with {per_host} workers per host, but the job's "
+                f"coordinator plans with {plan.workers_per_machine}: set "
+                "POSEIDON_WORKERS_PER_HOST for the whole job (`poseidon launch "
+                "--workers-per-host` does)"
+            )
         kind, rank = self.session.config.allowance()
         asked = compression_of(kind)
         ranked = asked != _C.Compression.NONE
@@ -112,7 +134,7 @@ class SyncClient:
         planned = self.plan.find(layer.index)
         scheme = _C.scheme_name(planned.scheme) if planned is not None else "PS"
         exchange = None
-        if scheme == "PowerSGD":
+        if scheme == "PowerSGD" and self.is_leader:  # the leader compresses its machine's sum
             if self.continuation is None:
                 self.continuation = ThreadPoolExecutor(1, "poseidon-powersgd")
             exchange = PowerSGDExchange(self.worker, layer, planned, diff,
@@ -123,7 +145,8 @@ class SyncClient:
                                         replay_compute=replay_compute)  # fmt: skip
         return self._add(LayerRound(self.worker, layer, scheme, diff=diff, powersgd=exchange,
                                     device=self.device, side_stream=self.side_stream,
-                                    comm_thread=self.comm_thread))  # fmt: skip
+                                    comm_thread=self.comm_thread,
+                                    local=self.local))  # fmt: skip
 
     def compression_state(self) -> dict[str, dict[str, Any]]:
         """This worker's PowerSGD state (error feedback, warm-start Q) per layer name: what
@@ -134,6 +157,8 @@ class SyncClient:
         """Restore `compression_state()`; raises ValueError naming a layer that does not fit
         (nothing is changed then)."""
         mine = {r.name: r.powersgd for r in self.rounds if r.powersgd is not None}
+        if not self.is_leader:
+            return  # its machine's leader compresses; this worker keeps no PowerSGD state
         if set(state) != set(mine):
             raise ValueError(f"PowerSGD state for layers {sorted(state)}, but this job "
                              f"compresses {sorted(mine)} with PowerSGD")  # fmt: skip
@@ -153,9 +178,11 @@ class SyncClient:
         return self._add(LayerRound(self.worker, layer, "SFB", factors=factors,
                                     capacity_rows=capacity_rows, rebuild=rebuild,
                                     device=self.device, side_stream=self.side_stream,
-                                    comm_thread=self.comm_thread))  # fmt: skip
+                                    comm_thread=self.comm_thread,
+                                    local=self.local))  # fmt: skip
 
     def _add(self, layer_round: LayerRound) -> LayerRound:
+        layer_round.clock = self.now_us
         self.rounds.append(layer_round)
         return layer_round
 
@@ -180,5 +207,7 @@ class SyncClient:
             for thread in (self.comm_thread, self.continuation):
                 if thread is not None:
                     thread.shutdown(wait=False)
+            if self.local is not None:
+                self.local.close()
             if self.timeline is not None:
                 self.timeline.close()  # what it saw, also of a job that failed

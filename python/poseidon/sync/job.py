@@ -161,7 +161,9 @@ def job_config(overrides: dict[str, object] | None = None) -> tuple[Config, bool
                         f"does), or start the job with `poseidon launch`{across}",
                         stage="settings")  # fmt: skip
     token = _shared_token(probe.rank, probe.num_workers, env, probe.timeout_ms / 1e3)
-    return probe.replace(token=token, num_servers=probe.num_workers, colocate=True), True
+    # One shard per machine, inside its leader (every worker's, with one worker per machine).
+    servers = probe.num_workers // probe.workers_per_host
+    return probe.replace(token=token, num_servers=servers, colocate=True), True
 
 
 def connect(config: Config, host_coordinator: bool = False) -> Session:
@@ -178,8 +180,9 @@ def connect(config: Config, host_coordinator: bool = False) -> Session:
                             f"{e}", stage="coordinator") from None  # fmt: skip
     native = config.to_native()
     shard = None
-    if config.rank < config.colocated_shards:
-        shard = rendezvous.NodeThread.shard(config)
+    hosted = config.colocated_shard()
+    if hosted is not None:
+        shard = rendezvous.NodeThread.shard(config.replace(rank=hosted))
         native.local_server = shard.node.local_address
     worker = None
     try:
@@ -196,7 +199,8 @@ def connect(config: Config, host_coordinator: bool = False) -> Session:
         if isinstance(e, poseidon.CommError):
             raise JoinError(f"worker {config.rank}: joining the job of coordinator "
                             f"{config.coordinator} failed: "
-                            f"{explain(e, config.colocated_shards)}") from None  # fmt: skip
+                            f"{explain(e, config.colocated_shards, config.workers_per_host)}"
+                            ) from None  # fmt: skip
         raise
 
 

@@ -24,6 +24,7 @@ or autograd's) submits and finishes it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -31,8 +32,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from poseidon.sync import local_round
 from poseidon.sync.factors import FactorLog, stack_factors
 from poseidon.sync.layout import SyncLayer
+from poseidon.sync.local import LocalGroup
 from poseidon.sync.powersgd_round import PowerSGDExchange
 from poseidon.sync.staging import GradientStaging, to_host_async
 from poseidon.timeline import Timeline
@@ -53,7 +56,10 @@ class LayerRound:
     exchange (which holds the range). SFB takes `factors` (the layer's
     FactorLog), `capacity_rows` (the most rows of factors one worker sends in a step: the
     comm core's buffers are sized for it), `rebuild` and the `device` the layer's weight
-    lives on (where the factors are stacked for the rebuild GEMM)."""
+    lives on (where the factors are stacked for the rebuild GEMM). With `local`, this
+    worker's machine of several workers, the round goes through its local stage
+    (local_round.py): only the machine's leader registers with the comm core (and only it
+    holds a PowerSGD exchange)."""
 
     def __init__(
         self,
@@ -69,8 +75,16 @@ class LayerRound:
         device: torch.device | None = None,
         side_stream: torch.cuda.Stream | None = None,
         comm_thread: ThreadPoolExecutor | None = None,
+        local: LocalGroup | None = None,
     ) -> None:
         self.worker = worker
+        self.local = local
+        leader = local is None or local.is_leader
+        self.core_handle: Any = None  # local stage: the leader's comm-core handle
+        self.local_times: dict[str, float] = {}
+        self.local_factors: local_round.LocalFactors | None = None
+        # Now in microseconds: the job's timeline's clock (SyncClient sets it), else monotonic.
+        self.clock: Callable[[], float] = lambda: time.perf_counter() * 1e6
         self.layer = layer
         self.scheme = scheme
         self.comm_thread = comm_thread
@@ -92,17 +106,24 @@ class LayerRound:
                 raise ValueError(f"layer {layer.name!r}: a {scheme} round needs its gradient "
                                  "range")  # fmt: skip
             self.staging = GradientStaging(diff, side_stream)
-            worker.register_layer(layer.index, self.staging.host_array())
+            if leader:
+                worker.register_layer(layer.index, self.staging.host_array())
         elif scheme == "PowerSGD":
-            if powersgd is None:
+            if powersgd is None and leader:
                 raise ValueError(f"layer {layer.name!r}: a PowerSGD round needs its exchange")
+            self._diff = diff
         else:
             if factors is None or rebuild is None:
                 raise ValueError(f"layer {layer.name!r}: an SFB round needs factors and rebuild")
             # Two slots of P1 buffers of this size (internal/sfb.h): the factors alone, never
             # the layer's weights (those cross in pieces of this size at start: broadcast.py).
             self.factor_floats = max(1, capacity_rows * factors.width)
-            worker.register_sfb_layer(layer.index, self.factor_floats)
+            if local is not None:
+                self.local_factors = local_round.LocalFactors(
+                    local, capacity_rows, factors.width, self.device)  # fmt: skip
+                self.factor_floats = self.local_factors.machine_max_floats
+            if leader:
+                worker.register_sfb_layer(layer.index, self.factor_floats)
 
     @property
     def index(self) -> int:
@@ -117,6 +138,8 @@ class LayerRound:
         """A PS, BF16 or PowerSGD layer's gradient range (the device side)."""
         if self.powersgd is not None:
             return self.powersgd.diff
+        if self.scheme == "PowerSGD":  # a machine's worker other than its leader
+            return self._diff
         assert self.staging is not None, "an SFB round has no gradient range"
         return self.staging.diff
 
@@ -131,6 +154,15 @@ class LayerRound:
         (asynchronous); `now_us` is the time on the job's timeline, if it keeps one."""
         self.iteration, self.submitted, self.submitted_us = iteration, True, now_us
         index = self.layer.index
+        if self.factors is not None and self.factors.rows > self.capacity_rows:
+            raise FactorOverflowError(
+                f"{self.layer.name}: {self.factors.rows} rows of sufficient factors this step, "
+                f"more than the {self.capacity_rows} it was planned with"
+            )
+        if self.local is not None:
+            self.core_handle = None
+            self.handle = local_round.submit(self, iteration, now_us)
+            return
         if self.powersgd is not None:
             self.handle = self.powersgd.submit(iteration)
             return
@@ -142,12 +174,6 @@ class LayerRound:
                 return self.worker.push_pull(index, iteration)
         else:
             assert self.factors is not None
-            rows = self.factors.rows
-            if rows > self.capacity_rows:
-                raise FactorOverflowError(
-                    f"{self.layer.name}: {rows} rows of sufficient factors this step, more "
-                    f"than the {self.capacity_rows} it was planned with"
-                )
             packed, event = to_host_async(self.factors.pack(), self.side_stream)
             copied = event.synchronize if event is not None else None
 
@@ -166,11 +192,14 @@ class LayerRound:
         never submitted is a no-op."""
         if self.handle is None:
             return
+        if self.local is not None:
+            local_round.finish(self, num_workers, timeline)
+            return
         waited_us = timeline.now_us() if timeline is not None else 0.0
         handle = self.handle.result() if isinstance(self.handle, Future) else self.handle
         handle.wait()
         if timeline is not None:
-            self._record(handle, waited_us, timeline)
+            self.record_core(handle, waited_us, timeline)
         self.handle, self.submitted = None, False
         scale = 1.0 / num_workers
         if self.powersgd is not None:
@@ -193,7 +222,8 @@ class LayerRound:
         return [np.asarray(self.worker.factor(self.layer.index, self.iteration, r))
                 for r in range(num_workers)]  # fmt: skip
 
-    def _record(self, handle: Any, waited_us: float, timeline: Timeline) -> None:
+    def record_core(self, handle: Any, waited_us: float, timeline: Timeline) -> None:
+        """The comm core's part of the round (its `handle`) on `timeline`."""
         sent, received = self.worker.traffic().get(self.layer.index, (0, 0))
         traffic = (sent - self.traffic_seen[0], received - self.traffic_seen[1])
         self.traffic_seen = (sent, received)

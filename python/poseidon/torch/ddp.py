@@ -190,8 +190,8 @@ class DistributedDataParallel(nn.Module):
             self.syncs.append(UnitSync(unit, layer, schemes[unit.index], self.client,
                                        capacity))  # fmt: skip
         broadcast_id = len(self.units)
-        self.broadcaster = Broadcaster(self.worker, broadcast_id, broadcast_floats(self.module))
-        self.worker.register_sfb_layer(broadcast_id, self.broadcaster.capacity)
+        self.broadcaster = Broadcaster(self.worker, broadcast_id, broadcast_floats(self.module),
+                                       self.client.local)  # fmt: skip
         self._attach()
         self._planned = True
         if self._compression_state is not None:
@@ -210,7 +210,8 @@ class DistributedDataParallel(nn.Module):
         try:
             yield
         except _C.CommError as e:
-            raise naming_the_process(e, self.config.colocated_shards) from None
+            raise naming_the_process(e, self.config.colocated_shards,
+                                     self.config.workers_per_host) from None  # fmt: skip
 
     # ----- hooks ----------------------------------------------------------------------------
     def _attach(self) -> None:

@@ -85,12 +85,12 @@ def test_a_model_changes_when_it_trains(job_root):
 
 def test_poseidon_plan_prints_the_plan_the_job_ran(job_root):
     """Rank 0 prints its plan when it makes it; `poseidon plan --torch` prints the same for
-    the same model and input (K = 12 / 2 rows per worker)."""
+    the same model and input (K = 24 / 2 rows per worker)."""
     _, _, outputs = job(2, job_root)
     after = outputs[0].split("auto step 0\n", 1)[1]
     ran = after[after.index("P1=2") : after.index("\n", after.index("lossy layers:"))]
     command = [sys.executable, "-m", "poseidon.cli", "plan", "--workers", "2", "--torch",
-               "tests/poseidon/torch/models.py:mlp", "--torch-input", "6,20"]  # fmt: skip
+               "tests/poseidon/torch/models.py:mlp", "--torch-input", "12,20"]  # fmt: skip
     printed = subprocess.run(command, cwd=REPO, env=env_for(), capture_output=True, text=True,
                              check=True, timeout=60).stdout.strip()  # fmt: skip
     assert printed == ran

@@ -34,7 +34,8 @@ inline constexpr uint32_t kFrameMagic = 0x4E445350;  // bytes "PSDN" on the wire
 // 2: PUSH16 / PULL_REPLY16, and the plan carries parts, PowerSGD ranks and rates.
 // 3: a layer spec carries the declaring worker's measured costs.
 // 4: a layer spec carries its byte scale (plan.h, Note [byte-scaled layers]).
-inline constexpr uint16_t kProtocolVersion = 4;
+// 5: the plan carries workers per machine and the local rate (Note [local aggregation]).
+inline constexpr uint16_t kProtocolVersion = 5;
 inline constexpr size_t kFrameHeaderBytes = 48;
 // Limit for frames a connection may send before it has been authenticated.
 inline constexpr size_t kMaxHelloBytes = 1024;

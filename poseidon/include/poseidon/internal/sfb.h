@@ -3,7 +3,10 @@
 // every worker sends its factor buffer (for an FC layer: its K×M top diff and
 // K×N bottom data, K·(M+N) floats) to every other worker, peer to peer over
 // the worker-worker connections — no server relays it. When an allgather
-// completes, the factors of all P1 workers are readable in rank order.
+// completes, the factors of all P1 workers are readable in rank order. With
+// several workers per machine (cost_model.h, Note [local aggregation]) only
+// the machines' leaders take part, each sending its machine's factors: the
+// factors are readable at the leaders' ranks.
 //
 // Note [factor slots]: each layer has two slots (iteration parity), each with
 // P1 receive buffers of max_floats, allocated once at registration. A peer

@@ -1,0 +1,158 @@
+"""The local stage of a machine of several workers (docs/communication.md §5, "Several
+workers per machine"; the core's cost_model.h, Note [local aggregation]).
+
+With G workers per machine (POSEIDON_WORKERS_PER_HOST), ranks m·G … m·G+G−1 are machine m's
+and m·G is its leader. Per layer and iteration the machine's workers first sum their
+gradient inside the machine (a reduce to the leader), only the leader exchanges the
+machine's sum with the shards or the other machines' leaders through the comm core, and the
+result comes back to every worker of the machine (a broadcast from the leader, "spread").
+So the machine's network link carries one worker's traffic, not G workers'.
+
+The local collectives are torch.distributed's, on process groups of this machine alone
+(no default group is created or touched, so a poseidon.torch user's own stays theirs):
+NCCL between GPUs (NVLink or PCIe, as BytePS inside a machine and BVLC Caffe's multi-GPU
+path), gloo over loopback between CPU processes. They meet through a FileStore in the
+machine's temporary directory, named by a digest of the job's token and the machine, so
+only this job's workers of this machine find it; it is removed when the last of them
+closes it.
+
+Two groups, each used in one order that every worker of the machine follows: `reduce` in
+the order layers' rounds are submitted (backward order), and `spread` in the same order,
+one layer after the other as the leader's exchanges complete. Every wait polls the comm
+core's failure, so a job that ends elsewhere ends the local waits too (never a silent hang
+on a gloo or NCCL wait whose peer is frozen).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import poseidon
+
+# Polling a collective: short sleeps first (a layer's local sum takes microseconds to
+# milliseconds), then at most this long between looks at the comm core's failure.
+_POLL_FIRST_S = 20e-6
+_POLL_MAX_S = 2e-3
+
+
+class LocalStageError(poseidon.CommError):
+    """A collective among one machine's workers failed; the message names the machine."""
+
+
+class LocalGroup:
+    """This worker's machine: `rank` among `num_workers` with `workers_per_host` (G) per
+    machine, on `device`. `job_key` names the job (its token and coordinator); `failure`
+    is the comm core's `Worker.failure` (polled by every wait); `timeout_s` bounds each."""
+
+    def __init__(self, rank: int, num_workers: int, workers_per_host: int, job_key: str,
+                 device: torch.device, failure: Callable[[], str],
+                 timeout_s: float) -> None:  # fmt: skip
+        g = workers_per_host
+        self.size = g
+        self.machine = rank // g
+        self.local_rank = rank % g
+        self.leader = self.machine * g
+        self.is_leader = self.local_rank == 0
+        self.num_workers = num_workers
+        self.failure = failure
+        self.timeout_s = timeout_s
+        self.name = f"machine {self.machine} (workers {self.leader}..{self.leader + g - 1})"
+        if device.type == "cuda" and not dist.is_nccl_available():
+            raise LocalStageError(f"{self.name}: local aggregation on CUDA needs NCCL, "
+                                  "which this torch build lacks")  # fmt: skip
+        self.backend = "nccl" if device.type == "cuda" else "gloo"
+        digest = hashlib.sha256(f"{job_key}/machine {self.machine}".encode()).hexdigest()[:24]
+        self.store_path = os.path.join(tempfile.gettempdir(), f"poseidon-local-{digest}")
+        timeout = datetime.timedelta(seconds=timeout_s)
+        store = dist.FileStore(self.store_path, g)
+        try:
+            self.reduce_group = self._group(dist.PrefixStore("reduce/", store), timeout, device)
+            self.spread_group = self._group(dist.PrefixStore("spread/", store), timeout, device)
+        except RuntimeError as e:
+            raise LocalStageError(f"{self.name}: the local group did not form within "
+                                  f"{timeout_s:.0f} s: {e}") from None  # fmt: skip
+        # The leader: one thread hands each layer's local sum to the comm core in submission
+        # order; another, in the same order, spreads each result once the exchange is done.
+        self.submit_thread = ThreadPoolExecutor(1, "poseidon-local-submit")
+        self.spread_thread = ThreadPoolExecutor(1, "poseidon-local-spread")
+
+    def _group(self, store: Any, timeout: datetime.timedelta, device: torch.device) -> Any:
+        if self.backend == "nccl":
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            group = dist.ProcessGroupNCCL(store, self.local_rank, self.size, options)
+            group._set_default_device(device)  # type: ignore[attr-defined]
+            return group
+        options = dist.ProcessGroupGloo._Options()
+        # Loopback: the machine's workers share it (also inside a network namespace).
+        options._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+        options._timeout = timeout
+        return dist.ProcessGroupGloo(store, self.local_rank, self.size, options)
+
+    # ----- collectives (asynchronous; `wait` them) -------------------------------------------
+    def reduce(self, tensor: torch.Tensor) -> Any:
+        """Sum `tensor` over the machine's workers into the leader's (the others' may be
+        used as scratch)."""
+        options = dist.ReduceOptions()
+        options.rootRank = 0
+        options.reduceOp = dist.ReduceOp.SUM
+        return self.reduce_group.reduce([tensor], options)
+
+    def gather(self, tensor: torch.Tensor, into: list[torch.Tensor]) -> Any:
+        """Every worker's `tensor` into the leader's `into` (local rank order); the others
+        pass []. Same-sized tensors."""
+        options = dist.GatherOptions()
+        options.rootRank = 0
+        return self.reduce_group.gather([into] if self.is_leader else [], [tensor], options)
+
+    def spread(self, tensor: torch.Tensor) -> Any:
+        """The leader's `tensor` into every worker's."""
+        options = dist.BroadcastOptions()
+        options.rootRank = 0
+        return self.spread_group.broadcast([tensor], options)
+
+    def wait(self, work: Any, what: str) -> None:
+        """Until `work` is done. Raises the comm core's failure if the job ends meanwhile,
+        LocalStageError naming the machine and `what` if the collective fails or outlasts the
+        timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        pause = _POLL_FIRST_S
+        while True:
+            try:
+                if work.is_completed():
+                    work.wait()  # raises the collective's own error, if any
+                    return
+            except RuntimeError as e:
+                self._raise(what, f"failed: {e}")
+            reason = self.failure()
+            if reason:
+                raise poseidon.PeerFailure(f"{what} on {self.name}: job aborted: {reason}")
+            if time.monotonic() > deadline:
+                self._raise(what, f"not done after {self.timeout_s:.0f} s")
+            time.sleep(pause)
+            pause = min(2 * pause, _POLL_MAX_S)
+
+    def _raise(self, what: str, how: str) -> None:
+        """A local collective failed: the comm core usually knows why (a worker of this
+        machine died: its connections dropped too), so wait a little for its verdict."""
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            reason = self.failure()
+            if reason:
+                raise poseidon.PeerFailure(f"{what} on {self.name}: job aborted: {reason}")
+            time.sleep(0.05)
+        raise LocalStageError(f"{what} on {self.name} {how}")
+
+    def close(self) -> None:
+        for thread in (self.submit_thread, self.spread_thread):
+            thread.shutdown(wait=False)
