@@ -303,7 +303,8 @@ def format_plan(plan: Any, skip_names: Sequence[str] = ()) -> str:
     g = plan.workers_per_machine
     where = ""
     if local:
-        where = (f" on {plan.num_machines} machines of {g} (local aggregation: the machine's "
+        machines = f"{plan.num_machines} machine{'s' if plan.num_machines != 1 else ''}"
+        where = (f" on {machines} of {g} (local aggregation: the machine's "
                  "sum crosses its link; local MB per worker inside the machine)")  # fmt: skip
     out = [
         f"P1={plan.num_workers} workers{where}, P2={plan.num_servers} shards; MB (1e6 bytes) "

@@ -61,6 +61,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "powersgd[:R] or auto[:R]; planned by time on the link "
                         "(docs/communication.md §5)")  # fmt: skip
     p.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD's rank (default 4)")
+    p.add_argument("--workers-per-node", type=int, default=1, metavar="G",
+                   help="G workers on each node (e.g. GPUs per machine): each mode with local "
+                   "aggregation (POSEIDON_WORKERS_PER_HOST) and, as MODE-flat, without; "
+                   "all-reduce as one ring over every worker")  # fmt: skip
     p.add_argument("-o", "--output", help="write the results as JSON (after every cell)")
     p.add_argument("--plot", help="write a PNG of speed-up against nodes")
 

@@ -43,6 +43,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lossy schemes mode poseidon may plan per layer: none (default), bf16, "
                    "powersgd[:R], auto[:R] (POSEIDON_COMPRESSION)")  # fmt: skip
     p.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD's rank (default 4)")
+    p.add_argument("--workers-per-node", type=int, default=1, metavar="G",
+                   help="G workers behind each node's link (e.g. GPUs per machine): each mode "
+                   "with local aggregation (POSEIDON_WORKERS_PER_HOST) and, as MODE-flat, "
+                   "without; all-reduce as one ring over every worker")  # fmt: skip
+    p.add_argument("--local-bandwidth", default="0",
+                   help="with --workers-per-node: the bandwidth between a node's workers, "
+                   "e.g. 100gbit (PCIe 3 x16), 3600gbit (NVLink 4); default: free")  # fmt: skip
     p.add_argument("-o", "--output", help="write the predictions as JSON")
     p.add_argument("--plot", help="write a PNG of speed-up against nodes")
 
@@ -52,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from poseidon.config import Config, parse_compression, parse_positive
     from poseidon.experiments.emulation import TCP_GOODPUT_TBF
     from poseidon.experiments.experiment import check_profile
-    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Compression, Link
+    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Compression, Layout, Link
     from poseidon.experiments.report import Cell, Results, write_outputs
     from poseidon.experiments.resolve import resolve_model, resolve_profile
     from poseidon.experiments.tune import format_layer_schemes, predict
@@ -71,14 +78,23 @@ def run(args: argparse.Namespace) -> int:
                          powersgd_rank=parse_positive(str(args.powersgd_rank),
                                                       "--powersgd-rank")).allowance()  # fmt: skip
         compression = Compression(*allowed)
+        g = parse_positive(str(args.workers_per_node), "--workers-per-node")
+        local_bps = parse_bandwidth(args.local_bandwidth) if args.local_bandwidth != "0" else 0
     except ValueError as e:
         return fail("predict", e)
     goodput = TCP_GOODPUT_TBF if args.framing == "tbf" else TCP_GOODPUT_ETHERNET
     link = Link(bandwidth, goodput)
-    results = Results(label, profile.label(), bandwidth, batch, "predicted")
+    local = Link(local_bps, 1.0, 0.0) if local_bps else None
+    layouts = [Layout(g, True, local), Layout(g, False)] if g > 1 else [Layout()]
+    results = Results(label, profile.label(), bandwidth, batch, "predicted", workers_per_node=g)
     results.info = {"framing": args.framing, "goodput": goodput, "chunk_bytes": args.chunk_bytes,
-                    "compression": f"{compression.kind}:{compression.powersgd_rank}"}  # fmt: skip
-    for prediction in predict(profile, modes, nodes, link, args.chunk_bytes, compression):
+                    "compression": f"{compression.kind}:{compression.powersgd_rank}",
+                    "local_bandwidth_bps": local_bps}  # fmt: skip
+    try:
+        predictions = predict(profile, modes, nodes, link, args.chunk_bytes, compression, layouts)
+    except ValueError as e:
+        return fail("predict", e)
+    for prediction in predictions:
         extra = {
             "compute_s": prediction.compute_s,
             "rebuild_s": prediction.rebuild_s,

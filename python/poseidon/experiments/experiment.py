@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from poseidon.config import SYNC_MODES
 from poseidon.experiments.emulation import EmulationError
-from poseidon.experiments.predict import EXACT, Compression
+from poseidon.experiments.predict import EXACT, PAPER_LAYOUT, Compression, Layout
 from poseidon.experiments.report import Results, write_outputs
 from poseidon.experiments.run import (
     CellJob,
@@ -61,6 +61,7 @@ class ExperimentRequest:
     output: str | None
     plot: str | None
     compression: Compression = EXACT
+    workers_per_node: int = 1
 
     def scaling_for(self, nodes: int) -> Scaling:
         """The replay's dilation and byte scale for a cell (Note [dilation and byte scale]
@@ -68,9 +69,17 @@ class ExperimentRequest:
         if self.profile is None or not self.emulate:
             return Scaling(1.0, 1)
         dilation = self.dilation or choose_dilation(
-            nodes, self.bandwidth_bps, self.byte_scale, self.profile
+            nodes, self.bandwidth_bps, self.byte_scale, self.profile, self.workers_per_node
         )
         return Scaling(dilation, self.byte_scale)
+
+    def layouts(self, mode: str) -> list[Layout]:
+        """A mode's cells per node count: the paper's layout; with several workers per node,
+        local aggregation and the flat layout (all-reduce: one ring, no layout of its own)."""
+        g = self.workers_per_node
+        if g == 1:
+            return [PAPER_LAYOUT]
+        return [Layout(g, True)] if mode == "allreduce" else [Layout(g, True), Layout(g, False)]
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExperimentRequest:
@@ -118,9 +127,14 @@ class ExperimentRequest:
             )
         if args.batch is not None and args.batch < 1:
             raise ValueError(f"--batch {args.batch} (want >= 1)")
+        per_node = args.workers_per_node
+        if per_node < 1:
+            raise ValueError(f"--workers-per-node {per_node} (want >= 1)")
+        if per_node > 1 and "poseidon-tuned" in modes:
+            raise ValueError("mode poseidon-tuned plans the paper's layout: one worker per node")
         byte_scale = 1
         if profile is not None and args.emulate:
-            byte_scale = choose_byte_scale(profile, max(nodes), bandwidth)
+            byte_scale = choose_byte_scale(profile, max(nodes), bandwidth, per_node)
         if args.dilation is not None and args.dilation <= 0:
             raise ValueError(f"--dilation {args.dilation} (want > 0)")
         if args.byte_scale is not None:
@@ -145,7 +159,7 @@ class ExperimentRequest:
             iterations=iterations, warmup=warmup, byte_scale=byte_scale,
             dilation=args.dilation, device=args.device,
             threads=args.threads, timeline=args.timeline, output=args.output, plot=args.plot,
-            compression=compression,
+            compression=compression, workers_per_node=per_node,
         )  # fmt: skip
 
 
@@ -211,6 +225,7 @@ def run_experiment(request: ExperimentRequest) -> int:
         bandwidth_bps=request.bandwidth_bps,
         batch=request.batch,
         kind="emulated" if request.emulate else "cluster",
+        workers_per_node=request.workers_per_node,
     )
     results.info = {
         "iterations": request.iterations,
@@ -226,31 +241,38 @@ def run_experiment(request: ExperimentRequest) -> int:
         results.info["byte_scale"] = request.byte_scale
         results.info["dilation"] = request.dilation or "per node count (each cell's dilation)"
         results.info["scaling"] = describe_scaling(request.byte_scale, dilations)
-    cells = [(mode, p) for p in request.nodes for mode in request.modes]
-    if 1 not in request.nodes and request.profile is not None:
-        results.info["speedup_base"] = "the predicted one-node time (no one-node cell was run)"
+    cells = [(mode, layout, p) for p in request.nodes for mode in request.modes
+             for layout in request.layouts(mode)]  # fmt: skip
+    separate_base = 1 not in request.nodes or request.workers_per_node > 1
+    if separate_base and request.profile is not None:
+        results.info["speedup_base"] = ("the predicted one-worker time (no cell of one worker "
+                                        "was run)")  # fmt: skip
     started = time.monotonic()
     hosts_context = _hosts_context(request)
     try:
         with MemoryWatch() as memory, hosts_context as emulated:
             hosts = emulated.addresses if emulated is not None else request.hosts
             ssh = [emulated.ssh_wrapper()] if emulated is not None else request.ssh
-            for number, (mode, nodes) in enumerate(cells, 1):
-                job, sync = _prepare_cell(request, mode, nodes)
+            for number, (mode, layout, nodes) in enumerate(cells, 1):
+                job, sync = _prepare_cell(request, mode, nodes, layout)
                 if emulated is not None:
                     emulated.set_rate(request.bandwidth_bps / job.scaling.dilation
                                       / job.scaling.byte_scale)  # fmt: skip
-                label = f"{request.model} {mode} on {nodes} node(s)"
+                name = layout.label(mode)
+                label = f"{request.model} {name} on {nodes} node(s)"
+                if layout.per_node > 1:
+                    label += f" of {layout.per_node} workers"
                 _progress(f"[{number}/{len(cells)}] {label} ...")
-                cell = run_cell(job, sync, nodes, hosts, ssh, port_for(number))
-                cell.mode = mode
+                cell = run_cell(job, sync, nodes, hosts, ssh, port_for(number),
+                                per_node=layout.per_node, aggregate=layout.aggregate)  # fmt: skip
+                cell.mode = name
                 for setting in ("POSEIDON_LAYER_SCHEMES", "POSEIDON_COMPRESSION"):
                     if setting in job.extra_env:
                         cell.extra[setting[len("POSEIDON_") :].lower()] = job.extra_env[setting]
                 if request.emulate and request.profile is not None:
                     cell.extra["dilation"] = job.scaling.dilation
                 results.add(cell)
-                if 1 not in request.nodes and request.profile is not None:
+                if separate_base and request.profile is not None:
                     results.update_speedups(_predicted_single_node(request))
                 results.info["peak_memory_bytes"] = memory.peak
                 results.info["wall_s"] = round(time.monotonic() - started, 1)
@@ -282,8 +304,8 @@ def _finish(results: Results, request: ExperimentRequest) -> None:
 
 
 def _predicted_single_node(request: ExperimentRequest) -> dict[str, float]:
-    """Each mode's predicted time on one node (no link involved: the profile's compute), the
-    base of the speed-ups when the run has no one-node cell."""
+    """Each mode's predicted time on one worker (no link involved: the profile's compute),
+    the base of the speed-ups when the run has no cell of one worker."""
     from poseidon.experiments.predict import Link, predict_cell
 
     link = Link(request.bandwidth_bps or 1e9)
@@ -294,7 +316,8 @@ def _predicted_single_node(request: ExperimentRequest) -> dict[str, float]:
     }  # fmt: skip
 
 
-def _prepare_cell(request: ExperimentRequest, mode: str, nodes: int) -> tuple[CellJob, str]:
+def _prepare_cell(request: ExperimentRequest, mode: str, nodes: int,
+                  layout: Layout = PAPER_LAYOUT) -> tuple[CellJob, str]:  # fmt: skip
     """The cell's job and the sync mode its workers run: poseidon-tuned is Poseidon with the
     predictor's per-layer schemes for this node count and link (tune.py)."""
     from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Link, predict_cell
@@ -303,7 +326,7 @@ def _prepare_cell(request: ExperimentRequest, mode: str, nodes: int) -> tuple[Ce
     job = _cell_job(request, request.scaling_for(nodes))
     sync = mode
     if request.timeline:
-        trace = f"{mode}-P{nodes}.{{rank}}.json"
+        trace = f"{layout.label(mode)}-P{nodes}.{{rank}}.json"
         job.extra_env["POSEIDON_TIMELINE"] = os.path.join(os.path.abspath(request.timeline), trace)
     if request.profile is not None and request.bandwidth_bps:
         from poseidon.experiments.emulation import TCP_GOODPUT_TBF
@@ -316,7 +339,7 @@ def _prepare_cell(request: ExperimentRequest, mode: str, nodes: int) -> tuple[Ce
             sync = "poseidon"
         else:
             guess = predict_cell(request.profile, mode, nodes, link,
-                                 compression=request.compression)  # fmt: skip
+                                 compression=request.compression, layout=layout)  # fmt: skip
         job.timeout_ms = cell_timeout_ms(guess.iteration_s, job)
     if request.compression.kind != "none" and sync == "poseidon":
         job.extra_env.update(_compression_env(request))

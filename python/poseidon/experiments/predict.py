@@ -34,6 +34,18 @@ layout), every node alike:
 
 Every iteration begins with nothing in flight (each layer's sync is waited on before its
 next forward), so one backward pass and the forward that follows are one period.
+
+Note [several workers per node]. With G workers per node (`Layout`, `--workers-per-node`)
+the workers compute in parallel, each on its own batch. Local aggregation (the default,
+POSEIDON_WORKERS_PER_HOST = G) plans as the job does (P1 = nodes·G, one shard per node,
+G per machine: the cost model's Note [local aggregation]) and simulates the node's link as
+one worker's with P = nodes, a machine's factors being its G workers' rows; each layer's
+local stage (`SchemeEstimate.local_bytes` at the `local` rate) delays its transfer by half
+and its completion by the other half. The flat layout (`poseidon-flat`: every worker a node
+of the paper's layout, P1 = P2 = nodes·G) gives each worker and its shard 1/G of the link,
+and what goes to the G−1 workers and shards of its own host does not cross it. All-reduce
+is one ring over all nodes·G workers in rank order, so each node's link carries one hop per
+step: 2·(P−1)/P of a bucket, P = nodes·G.
 """
 
 from __future__ import annotations
@@ -69,6 +81,28 @@ class Link:
         return self.bandwidth_bps / 8 * self.goodput
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How a cell's workers sit on its nodes: `per_node` workers behind each node's one link.
+    With `aggregate` (local aggregation, POSEIDON_WORKERS_PER_HOST) a node's workers sum
+    inside it first and only its leader's traffic crosses the link, the local stage moving at
+    `local` (None: free); without, every worker pushes its own (P2 = every worker's shard)."""
+
+    per_node: int = 1
+    aggregate: bool = True
+    local: Link | None = None
+
+    def label(self, mode: str) -> str:
+        """A cell's mode as reports name it: `poseidon` (the paper's layout or local
+        aggregation), `poseidon-flat` (several workers per node, no aggregation)."""
+        if self.per_node == 1 or mode == "allreduce" or self.aggregate:
+            return mode
+        return f"{mode}-flat"
+
+
+PAPER_LAYOUT = Layout()
+
+
 @dataclass
 class CellPrediction:
     mode: str
@@ -79,6 +113,7 @@ class CellPrediction:
     wait_s: float  # the rest: time the device waits for communication
     bytes_per_node: float  # sent by one node per iteration (= received)
     layer_schemes: dict[str, str] = field(default_factory=dict)  # the overrides it ran with
+    workers_per_node: int = 1
 
 
 # ----- the plan of one cell ------------------------------------------------------------------
@@ -94,6 +129,7 @@ class _SyncedLayer:
     second_chunk_bytes: list[float] = field(default_factory=list)  # PowerSGD: part 1's
     encode_p_s: float = 0.0  # PowerSGD: on the training thread, after the layer's backward
     encode_q_s: float = 0.0  # PowerSGD: between its two rounds
+    local_s: float = 0.0  # local aggregation: the local stage, half before and half after
 
 
 @dataclass(frozen=True)
@@ -115,17 +151,25 @@ def _planned_layers(
     layer_schemes: dict[str, str] | None = None,
     link: Link | None = None,
     compression: Compression = Compression(),
+    layout: Layout = PAPER_LAYOUT,
 ) -> list[_SyncedLayer]:
     from poseidon import _C
     from poseidon.experiments.profile_layout import gemm_rate, profile_plan
 
+    g = layout.per_node
+    aggregate = g > 1 and layout.aggregate
+    workers = nodes * g
     rates = None
     if compression.kind != "none" and link is not None:
         # The coordinator's time model on this cell's link and the profile's GEMM rate.
         # Bytes sent + received per second: both directions at once (Config.rates).
         rates = _C.Rates(2 * link.bytes_per_s, gemm_rate(profile, compression.powersgd_rank))
-    plan = profile_plan(profile, mode, nodes, chunk_bytes, layer_schemes, compression.kind,
-                        compression.powersgd_rank, rates)  # fmt: skip
+    plan = profile_plan(profile, mode, workers, chunk_bytes, layer_schemes, compression.kind,
+                        compression.powersgd_rank, rates, servers=nodes if aggregate else None,
+                        workers_per_host=g if aggregate else 1)  # fmt: skip
+    # A machine's factors: its G workers' rows (local aggregation), else one worker's.
+    factor_rows = g if aggregate else 1
+    local_rate = 2 * layout.local.bytes_per_s if (aggregate and layout.local) else 0.0
     out = []
     for lp in plan.layers:
         layer = profile.layers[lp.layer_id]
@@ -136,30 +180,34 @@ def _planned_layers(
                     f"profile {profile.label()}: FC layer {layer.name!r} has no "
                     "sfb timing (needed for the rebuild GEMM)"
                 )
-            rows = sync.rows * nodes
+            rows = sync.rows * workers
             out.append(
                 _SyncedLayer(
                     lp.layer_id,
                     "SFB",
                     sync.late,
                     [],
-                    4.0 * sync.rows * (sync.m + sync.n),
+                    4.0 * factor_rows * sync.rows * (sync.m + sync.n),
                     layer.sfb.rebuild_s(sync.m, sync.n, rows),
                     layer.sfb.weight_grad_s,
+                    local_s=lp.estimate.local_bytes / local_rate if local_rate else 0.0,
                 )
             )
             continue
         parts = [[4.0 * min(p.chunk_floats, p.num_floats - c * p.chunk_floats)
                   for c in range(p.num_chunks)] for p in lp.parts]  # fmt: skip
+        local_s = lp.estimate.local_bytes / local_rate if local_rate else 0.0
         if lp.scheme == _C.Scheme.BF16:
             out.append(_SyncedLayer(lp.layer_id, "BF16", sync.late, [b / 2 for b in parts[0]],
-                                    0.0, 0.0, 0.0))  # fmt: skip
+                                    0.0, 0.0, 0.0, local_s=local_s))  # fmt: skip
         elif lp.scheme == _C.Scheme.POWERSGD:
             e = lp.estimate  # the cost model's phases at the profile's GEMM rate
             out.append(_SyncedLayer(lp.layer_id, "PowerSGD", sync.late, parts[0], 0.0, e.finish_s,
-                                    0.0, parts[1], e.encode_s, e.between_s))  # fmt: skip
+                                    0.0, parts[1], e.encode_s, e.between_s,
+                                    local_s))  # fmt: skip
         else:
-            out.append(_SyncedLayer(lp.layer_id, "PS", sync.late, parts[0], 0.0, 0.0, 0.0))
+            out.append(_SyncedLayer(lp.layer_id, "PS", sync.late, parts[0], 0.0, 0.0, 0.0,
+                                    local_s=local_s))  # fmt: skip
     return out
 
 
@@ -174,20 +222,25 @@ def predict_cell(
     threads: int = 2,
     layer_schemes: dict[str, str] | None = None,
     compression: Compression = Compression(),
+    layout: Layout = PAPER_LAYOUT,
 ) -> CellPrediction:
     """The steady-state iteration of `mode` on `nodes` nodes (see the module docstring).
     `buckets` gives the all-reduce mode's buckets as (layer indices, bytes), default DDP's;
     `layer_schemes` overrides BestScheme for named layers (POSEIDON_LAYER_SCHEMES);
-    `compression` lets the plan pick lossy schemes (POSEIDON_COMPRESSION)."""
+    `compression` lets the plan pick lossy schemes (POSEIDON_COMPRESSION); `layout` puts
+    several workers on each node (Note [several workers per node])."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: want one of {', '.join(MODES)}")
     if nodes < 1:
         raise ValueError(f"{nodes} nodes (want >= 1)")
     layers = profile.layers
     planned = {}
+    g = layout.per_node
+    aggregate = g > 1 and layout.aggregate
     if mode != "allreduce":
-        chosen = _planned_layers(profile, mode, nodes, chunk_bytes, layer_schemes, link,
-                                 compression)  # fmt: skip
+        chosen = _planned_layers(profile, mode, nodes, chunk_bytes, layer_schemes,
+                                 link if g == 1 or aggregate else _shared(link, g),
+                                 compression, layout)  # fmt: skip
         planned = {s.index: s for s in chosen}
     # Backward: layer L-1 down to 0; a layer's sync may start when its backward ends.
     now, backward_end = 0.0, {}
@@ -203,16 +256,23 @@ def predict_cell(
         compute += spent
         backward_end[index] = now
     backward_s = now
-    if mode == "allreduce":
-        done, sent = _allreduce(profile, nodes, link, backward_end, buckets)
+    if mode == "allreduce":  # one ring over every worker: each node's link carries one hop
+        done, sent = _allreduce(profile, nodes * g, link, backward_end, buckets)
         start_forward = max([backward_s, *done.values()])
         waits_per_layer = False
     else:
         submit = {
             i: (backward_s if (s.late or mode == "ps-nooverlap") else backward_end[i])
+            + s.local_s / 2
             for i, s in planned.items()
         }
-        done, sent = _communicate(planned, submit, nodes, link, chunk_bytes, threads)
+        if aggregate or g == 1:
+            done, sent = _communicate(planned, submit, nodes, link, chunk_bytes, threads)
+            done = {i: t + planned[i].local_s / 2 for i, t in done.items()}
+        else:  # every worker a node of its own, G of them behind one link
+            done, sent = _communicate(planned, submit, nodes * g, _shared(link, g), chunk_bytes,
+                                      threads, colocated=g)  # fmt: skip
+            sent *= g  # the node's G workers' bytes
         waits_per_layer = mode != "ps-nooverlap"
         start_forward = backward_s if waits_per_layer else max([backward_s, *done.values()])
     # Updates: a synchronised layer's when its sync is in (deferred, before its forward);
@@ -235,7 +295,12 @@ def predict_cell(
         compute += layer.forward_s
     wait = now - compute - rebuild
     chosen = dict(layer_schemes or {}) if mode == "poseidon" else {}
-    return CellPrediction(mode, nodes, now, compute, rebuild, wait, sent, chosen)
+    return CellPrediction(layout.label(mode), nodes, now, compute, rebuild, wait, sent, chosen, g)
+
+
+def _shared(link: Link, workers: int) -> Link:
+    """One worker's share of a node's link that `workers` workers push through at once."""
+    return Link(link.bandwidth_bps / workers, link.goodput, link.latency_s)
 
 
 def _communicate(
@@ -245,9 +310,12 @@ def _communicate(
     link: Link,
     chunk_bytes: int,
     threads: int,
+    colocated: int = 1,
 ) -> tuple[dict[int, float], float]:
-    """When each layer's sync completes on one node, and the bytes that node sends."""
-    if nodes == 1:  # the only shard is in-process: nothing crosses a link
+    """When each layer's sync completes on one node, and the bytes that node sends.
+    `colocated`: the nodes that share this one's host (Note [several workers per node]):
+    what goes between them does not cross its link."""
+    if nodes == colocated:  # every shard is on this host: nothing crosses a link
         return dict(submit), 0.0
     uplink = Uplink(link.bytes_per_s, threads)
     done: dict[int, float] = {}
@@ -255,18 +323,20 @@ def _communicate(
     for index, layer in planned.items():
         if layer.scheme == "SFB":
             sent += _sfb_frames(uplink, index, layer, submit[index], nodes, link, chunk_bytes,
-                                done)  # fmt: skip
+                                done, colocated)  # fmt: skip
         elif layer.scheme == "PowerSGD":
             sent += _powersgd_frames(uplink, index, layer, submit[index], nodes, link, threads,
-                                     done)  # fmt: skip
+                                     done, colocated)  # fmt: skip
         else:
             sent += _ps_frames(uplink, index, layer, submit[index], nodes, link, threads,
-                               functools.partial(done.__setitem__, index))  # fmt: skip
+                               functools.partial(done.__setitem__, index),
+                               colocated=colocated)  # fmt: skip
     uplink.run()
     return done, sent
 
 
-def _powersgd_frames(uplink, index, layer, ready, nodes, link, threads, done) -> float:  # type: ignore[no-untyped-def]
+def _powersgd_frames(uplink, index, layer, ready, nodes, link, threads, done,  # type: ignore[no-untyped-def]
+                     colocated=1) -> float:  # fmt: skip
     """Part 0 as a PS round; when its sums are in, encoding Q, then part 1 as a PS round."""
     first = _SyncedLayer(index, "PS", layer.late, layer.chunk_bytes, 0.0, 0.0, 0.0)
     second = _SyncedLayer(index, "PS", layer.late, layer.second_chunk_bytes, 0.0, 0.0, 0.0)
@@ -275,24 +345,29 @@ def _powersgd_frames(uplink, index, layer, ready, nodes, link, threads, done) ->
         # Part 1's chunks are numbered after part 0's (the core's priority order).
         _ps_frames(uplink, index, second, t + layer.encode_q_s, nodes, link, threads,
                    functools.partial(done.__setitem__, index),
-                   order=len(layer.chunk_bytes))  # fmt: skip
+                   order=len(layer.chunk_bytes), colocated=colocated)  # fmt: skip
 
-    sent = _ps_frames(uplink, index, first, ready, nodes, link, threads, part_0_done)
+    sent = _ps_frames(uplink, index, first, ready, nodes, link, threads, part_0_done,
+                      colocated=colocated)  # fmt: skip
     # Part 1's bytes, counted now (its frames join the uplink when part 0 is done).
-    return sent + _ps_sent_bytes(layer.second_chunk_bytes, nodes)
+    return sent + _ps_sent_bytes(layer.second_chunk_bytes, nodes, colocated)
 
 
-def _ps_sent_bytes(chunk_bytes: list[float], nodes: int) -> float:
+def _ps_sent_bytes(chunk_bytes: list[float], nodes: int, colocated: int = 1) -> float:
     """What one node sends for a PS round of chunks `chunk_bytes` (Note [push order]): the
-    (P−1)/P of each chunk its shard does not own, pushed, and as much again in replies."""
-    return 2 * (nodes - 1) / nodes * sum(size + FRAME_HEADER_BYTES for size in chunk_bytes)
+    (P−c)/P of each chunk the shards of its host (c of them) do not own, pushed, and as much
+    again in replies."""
+    remote = (nodes - colocated) / nodes
+    return 2 * remote * sum(size + FRAME_HEADER_BYTES for size in chunk_bytes)
 
 
-def _sfb_frames(uplink, index, layer, ready, nodes, link, chunk_bytes, done) -> float:  # type: ignore[no-untyped-def]
-    """A worker's factors to each of the P-1 others, cut at the chunk size."""
+def _sfb_frames(uplink, index, layer, ready, nodes, link, chunk_bytes, done,  # type: ignore[no-untyped-def]
+                colocated=1) -> float:  # fmt: skip
+    """A worker's factors to each of the P−c others off its host, cut at the chunk size."""
+    peers = nodes - colocated
     pieces = max(1, math.ceil(layer.factor_bytes / chunk_bytes))
     size = layer.factor_bytes / pieces + FRAME_HEADER_BYTES
-    left = [(nodes - 1) * pieces]
+    left = [peers * pieces]
 
     def arrived(t: float) -> None:
         left[0] -= 1
@@ -300,24 +375,27 @@ def _sfb_frames(uplink, index, layer, ready, nodes, link, chunk_bytes, done) -> 
             done[index] = t + link.latency_s
 
     for k in range(left[0]):
-        uplink.add(Frame(WORKER, (index, k), size, link.bytes_per_s, ready, k % (nodes - 1),
+        uplink.add(Frame(WORKER, (index, k), size, link.bytes_per_s, ready, k % peers,
                          arrived))  # fmt: skip
     return left[0] * size
 
 
-def _ps_frames(uplink, index, layer, ready, nodes, link, threads, on_done, order=0) -> float:  # type: ignore[no-untyped-def]
+def _ps_frames(uplink, index, layer, ready, nodes, link, threads, on_done, order=0,  # type: ignore[no-untyped-def]
+               colocated=1) -> float:  # fmt: skip
     """A PS layer in turns of P chunks (Note [push order]). Of a turn of m chunks a node
-    pushes the ones it does not own, m·(P−1)/P on average, as that many frames; its shard
-    returns each chunk it owns to the P−1 others once every push is in, m·(P−1)/P frames on
-    average too. A turn of m < P chunks reaches only m shards, whose links carry it all:
-    its frames move at (m/P)·rate in all. `on_done(t)` is called when the last sum is in;
-    returns the bytes the node sends."""
+    pushes the ones no shard of its host owns, m·(P−c)/P on average (c = `colocated` nodes
+    per host, 1 in the paper's layout), as that many frames; its shard returns each chunk it
+    owns to the P−c others off its host once every push is in, m·(P−c)/P frames on average
+    too. A turn of m < P chunks reaches only m shards, whose links carry it all: its frames
+    move at (m/P)·rate in all. `on_done(t)` is called when the last sum is in; returns the
+    bytes the node sends."""
     turns = [layer.chunk_bytes[k : k + nodes] for k in range(0, len(layer.chunk_bytes), nodes)]
     remaining_turns = [len(turns)]
+    peers = nodes - colocated
     for turn_number, turn in enumerate(turns):
         m = len(turn)
-        volume = (nodes - 1) / nodes * (sum(turn) + FRAME_HEADER_BYTES * m)
-        count = max(1, round(m * (nodes - 1) / nodes))
+        volume = peers / nodes * (sum(turn) + FRAME_HEADER_BYTES * m)
+        count = max(1, round(m * peers / nodes))
         cap = link.bytes_per_s
         if m < nodes:
             cap = link.bytes_per_s * m / nodes / min(threads, count)
@@ -339,14 +417,14 @@ def _ps_frames(uplink, index, layer, ready, nodes, link, threads, on_done, order
 
             for k in range(count):  # one chunk's sum to each of the others in turn
                 uplink.add(Frame(SHARD, (index, first + k), volume / count, cap,
-                                 t + link.latency_s, k % (nodes - 1), returned))  # fmt: skip
+                                 t + link.latency_s, k % peers, returned))  # fmt: skip
 
         for k in range(count):  # each turn starts one shard further (Note [push order])
-            peer = (turn_number + k) % (nodes - 1)
+            peer = (turn_number + k) % peers
             uplink.add(Frame(WORKER, (index, order + k), volume / count, cap, ready, peer,
                              replies))  # fmt: skip
         order += count
-    return _ps_sent_bytes(layer.chunk_bytes, nodes)
+    return _ps_sent_bytes(layer.chunk_bytes, nodes, colocated)
 
 
 def _allreduce(

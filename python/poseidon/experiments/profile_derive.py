@@ -45,6 +45,34 @@ TARGETS = {
         source="NVIDIA GeForce GTX TITAN X specifications (GM200, 2015): 3072 CUDA cores, "
         "1000 MHz base clock, 336.5 GB/s memory bandwidth",
     ),
+    # Today's GPUs (docs/published_times.md §1b), each at the rate of the regime its
+    # published rows ran in: true FP32 on the V100 (it has no TF32), TF32 tensor cores on the
+    # A100 and the H100 (their frameworks' default for "FP32" training). Dense rates at the
+    # boost clock.
+    "v100": TargetDevice(
+        tag="v100",
+        name="NVIDIA Tesla V100-SXM (Volta), derived",
+        peak_flops_per_s=15.7e12,
+        memory_bytes_per_s=900e9,
+        source="NVIDIA Tesla V100 datasheet (SXM2): 15.7 TFLOP/s FP32 (5120 CUDA cores x 2 x "
+        "1530 MHz), 900 GB/s HBM2",
+    ),
+    "a100": TargetDevice(
+        tag="a100",
+        name="NVIDIA A100 40GB (Ampere), TF32, derived",
+        peak_flops_per_s=156e12,
+        memory_bytes_per_s=1555e9,
+        source="NVIDIA A100 Tensor Core GPU datasheet: 156 TFLOP/s TF32 dense (SXM4 and PCIe "
+        "alike), 1,555 GB/s HBM2 (40 GB)",
+    ),
+    "h100": TargetDevice(
+        tag="h100",
+        name="NVIDIA H100 SXM5 80GB (Hopper), TF32, derived",
+        peak_flops_per_s=494.7e12,
+        memory_bytes_per_s=3.35e12,
+        source="NVIDIA H100 Tensor Core GPU datasheet: 989 TFLOP/s TF32 with 2:4 sparsity, "
+        "494.7 dense (the Hopper whitepaper's table), 3.35 TB/s HBM3",
+    ),
 }
 
 
@@ -138,6 +166,199 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         why="No published time: its FLOPs at the effective FLOP rate of GoogLeNet at batch 16 "
         "(cuDNN 5.1, 62 ms; GoogLeNet's training FLOPs with its two auxiliary classifiers, "
         "from flops.py). A net this small uses a GPU less well: a lower bound.",
+    ),
+    # ----- today's GPUs (§1b) -------------------------------------------------------------
+    # The V100: one TensorFlow 2.2 tf_cnn_benchmarks run of three zoo models at batch 192,
+    # true FP32. VGG19-22K borrows VGG-16's FLOP rate (no VGG-19 time is published for any
+    # of these GPUs).
+    ("v100", "inception_v3"): PublishedTime(
+        seconds=192 / 273.17,
+        batch=192,
+        profile_batch=32,
+        source="| V100-SXM3-32GB, TensorFlow 2.2, tf_cnn_benchmarks, synthetic data | "
+        "Inception-V3 / ResNet-50 / VGG-16, batch 192 | FP32 273.17 / 432.16 / "
+        "249.19 img/s | lambdal/lambda-tensorflow-benchmark "
+        'logs/Platinum-Tesla_V100-SXM3-32GB_HP16_TF2_2.logs (the "V100 32GB" row of '
+        "tf-train-throughput-fp32.csv) |",
+        software="TensorFlow 2.2, tf_cnn_benchmarks, FP32, on a V100-SXM3-32GB",
+        why="The one published V100 run with all three models in one benchmark (synthetic "
+        "data, FP32: the V100 has no TF32); SXM3 clocks a little above the SXM2 target.",
+    ),
+    ("v100", "resnet50"): PublishedTime(
+        seconds=192 / 432.16,
+        batch=192,
+        profile_batch=32,
+        source="| V100-SXM3-32GB, TensorFlow 2.2, tf_cnn_benchmarks, synthetic data | "
+        "Inception-V3 / ResNet-50 / VGG-16, batch 192 | FP32 273.17 / 432.16 / "
+        "249.19 img/s | lambdal/lambda-tensorflow-benchmark "
+        'logs/Platinum-Tesla_V100-SXM3-32GB_HP16_TF2_2.logs (the "V100 32GB" row of '
+        "tf-train-throughput-fp32.csv) |",
+        software="TensorFlow 2.2, tf_cnn_benchmarks, FP32, on a V100-SXM3-32GB",
+        why="The same run as Inception-V3's (ResNet-50 there is v1, the zoo's).",
+    ),
+    ("v100", "vgg16"): PublishedTime(
+        seconds=192 / 249.19,
+        batch=192,
+        profile_batch=32,
+        source="| V100-SXM3-32GB, TensorFlow 2.2, tf_cnn_benchmarks, synthetic data | "
+        "Inception-V3 / ResNet-50 / VGG-16, batch 192 | FP32 273.17 / 432.16 / "
+        "249.19 img/s | lambdal/lambda-tensorflow-benchmark "
+        'logs/Platinum-Tesla_V100-SXM3-32GB_HP16_TF2_2.logs (the "V100 32GB" row of '
+        "tf-train-throughput-fp32.csv) |",
+        software="TensorFlow 2.2, tf_cnn_benchmarks, FP32, on a V100-SXM3-32GB",
+        why="The same run as Inception-V3's.",
+    ),
+    ("v100", "vgg19_22k"): PublishedTime(
+        profile_batch=32,
+        rate_of="vgg16",
+        source="no published time; the rate of | V100-SXM3-32GB, TensorFlow 2.2, "
+        "tf_cnn_benchmarks, synthetic data | Inception-V3 / ResNet-50 / VGG-16, "
+        "batch 192 | FP32 273.17 / 432.16 / 249.19 img/s | "
+        "lambdal/lambda-tensorflow-benchmark "
+        'logs/Platinum-Tesla_V100-SXM3-32GB_HP16_TF2_2.logs (the "V100 32GB" row of '
+        "tf-train-throughput-fp32.csv) |",
+        software="TensorFlow 2.2, tf_cnn_benchmarks, FP32, on a V100-SXM3-32GB",
+        why="No VGG-19 time is published for the V100: VGG19-22K's FLOPs at VGG-16's "
+        "effective FLOP rate in the same run (the same convolutions, plus two and a "
+        "larger classifier).",
+    ),
+    # The A100: TensorFlow 1.15 (NVIDIA's build, TF32 on by default on Ampere) on the PCIe
+    # card. The SXM4 card's TensorFlow 2.3 rows are slower: upstream TensorFlow 2.3 had no
+    # TF32, so they are true FP32, another regime than the V100-to-H100 comparison wants.
+    ("a100", "inception_v3"): PublishedTime(
+        seconds=224 / 627.35,
+        batch=224,
+        profile_batch=32,
+        source="| A100-PCIE-40GB, TensorFlow 1.15.4, CUDA 11.1, tf_cnn_benchmarks, "
+        'synthetic data | Inception-V3 / ResNet-50 / VGG-16, batch 224 | "FP32" '
+        "627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 / 7197.02 / 4073.72) | "
+        "lambdal/lambda-tensorflow-benchmark logs/7502-A100-PCIE-40GB.logs (the "
+        '"A100 40GB PCIe" row of tf-train-throughput-fp32.csv) |',
+        software="TensorFlow 1.15.4 (TF32), tf_cnn_benchmarks, on an A100-PCIE-40GB",
+        why="The one published A100 run with all three models in one benchmark in TF32 "
+        "(synthetic data); the PCIe card has the SXM4's peak rates at a lower power limit.",
+    ),
+    ("a100", "resnet50"): PublishedTime(
+        seconds=224 / 953.43,
+        batch=224,
+        profile_batch=32,
+        source="| A100-PCIE-40GB, TensorFlow 1.15.4, CUDA 11.1, tf_cnn_benchmarks, "
+        'synthetic data | Inception-V3 / ResNet-50 / VGG-16, batch 224 | "FP32" '
+        "627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 / 7197.02 / 4073.72) | "
+        "lambdal/lambda-tensorflow-benchmark logs/7502-A100-PCIE-40GB.logs (the "
+        '"A100 40GB PCIe" row of tf-train-throughput-fp32.csv) |',
+        software="TensorFlow 1.15.4 (TF32), tf_cnn_benchmarks, on an A100-PCIE-40GB",
+        why="The same run as Inception-V3's.",
+    ),
+    ("a100", "vgg16"): PublishedTime(
+        seconds=224 / 503.61,
+        batch=224,
+        profile_batch=32,
+        source="| A100-PCIE-40GB, TensorFlow 1.15.4, CUDA 11.1, tf_cnn_benchmarks, "
+        'synthetic data | Inception-V3 / ResNet-50 / VGG-16, batch 224 | "FP32" '
+        "627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 / 7197.02 / 4073.72) | "
+        "lambdal/lambda-tensorflow-benchmark logs/7502-A100-PCIE-40GB.logs (the "
+        '"A100 40GB PCIe" row of tf-train-throughput-fp32.csv) |',
+        software="TensorFlow 1.15.4 (TF32), tf_cnn_benchmarks, on an A100-PCIE-40GB",
+        why="The same run as Inception-V3's.",
+    ),
+    ("a100", "vgg19_22k"): PublishedTime(
+        profile_batch=32,
+        rate_of="vgg16",
+        source="no published time; the rate of | A100-PCIE-40GB, TensorFlow 1.15.4, CUDA "
+        "11.1, tf_cnn_benchmarks, synthetic data | Inception-V3 / ResNet-50 / "
+        'VGG-16, batch 224 | "FP32" 627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 '
+        "/ 7197.02 / 4073.72) | lambdal/lambda-tensorflow-benchmark "
+        'logs/7502-A100-PCIE-40GB.logs (the "A100 40GB PCIe" row of '
+        "tf-train-throughput-fp32.csv) |",
+        software="TensorFlow 1.15.4 (TF32), tf_cnn_benchmarks, on an A100-PCIE-40GB",
+        why="No VGG-19 time is published for the A100: VGG19-22K's FLOPs at VGG-16's "
+        "effective FLOP rate in the same run.",
+    ),
+    # The H100: only ResNet-50 is published. Inception-V3 and VGG-16 are the A100 run's
+    # times divided by the H100/A100 ratio of one benchmark measured on both (Lambda's
+    # PyTorch ResNet-50, "FP32" = TF32: 1895 / 1066 img/s), as the Titan X's Inception-V3
+    # is a P100's times a published ratio.
+    ("h100", "resnet50"): PublishedTime(
+        seconds=640 / 1895,
+        batch=640,
+        profile_batch=32,
+        source="| H100-SXM5-80GB (Lambda Cloud), PyTorch NGC container, "
+        "DeepLearningExamples ConvNets, synthetic data | ResNet-50 v1.5, batch 640 "
+        '"FP32" / 1280 AMP | "FP32" 1895 img/s; AMP 2791 img/s | '
+        "lambdal/deeplearning-benchmark "
+        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv |",
+        software="PyTorch NGC, DeepLearningExamples ConvNets (TF32), on an H100-SXM5-80GB",
+        why="The only published single-H100 training number of a zoo model (ResNet-50 v1.5, "
+        "synthetic data, 'FP32' = TF32).",
+    ),
+    ("h100", "inception_v3"): PublishedTime(
+        seconds=224 / 627.35,
+        batch=224,
+        profile_batch=32,
+        scale=1066 / 1895,
+        source="| A100-PCIE-40GB, TensorFlow 1.15.4, CUDA 11.1, tf_cnn_benchmarks, "
+        'synthetic data | Inception-V3 / ResNet-50 / VGG-16, batch 224 | "FP32" '
+        "627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 / 7197.02 / 4073.72) | "
+        "lambdal/lambda-tensorflow-benchmark logs/7502-A100-PCIE-40GB.logs (the "
+        '"A100 40GB PCIe" row of tf-train-throughput-fp32.csv) | + | A100-SXM4-80GB, '
+        "PyTorch NGC container, DeepLearningExamples ConvNets, synthetic data | "
+        'ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | "FP32" 1066 img/s; AMP 1582 '
+        "img/s | lambdal/deeplearning-benchmark "
+        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv | + | "
+        "H100-SXM5-80GB (Lambda Cloud), PyTorch NGC container, DeepLearningExamples "
+        'ConvNets, synthetic data | ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | '
+        '"FP32" 1895 img/s; AMP 2791 img/s | lambdal/deeplearning-benchmark '
+        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv |",
+        software="TensorFlow 1.15.4 (TF32) on an A100-PCIE-40GB, x the H100/A100 ratio of "
+        "PyTorch ResNet-50 (TF32)",
+        why="No H100 Inception-V3 time is published: the A100's, x 1066/1895, the A100/H100 "
+        "time ratio of the one benchmark published on both (ResNet-50, the same software and "
+        "precision).",
+    ),
+    ("h100", "vgg16"): PublishedTime(
+        seconds=224 / 503.61,
+        batch=224,
+        profile_batch=32,
+        scale=1066 / 1895,
+        source="| A100-PCIE-40GB, TensorFlow 1.15.4, CUDA 11.1, tf_cnn_benchmarks, "
+        'synthetic data | Inception-V3 / ResNet-50 / VGG-16, batch 224 | "FP32" '
+        "627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 / 7197.02 / 4073.72) | "
+        "lambdal/lambda-tensorflow-benchmark logs/7502-A100-PCIE-40GB.logs (the "
+        '"A100 40GB PCIe" row of tf-train-throughput-fp32.csv) | + | A100-SXM4-80GB, '
+        "PyTorch NGC container, DeepLearningExamples ConvNets, synthetic data | "
+        'ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | "FP32" 1066 img/s; AMP 1582 '
+        "img/s | lambdal/deeplearning-benchmark "
+        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv | + | "
+        "H100-SXM5-80GB (Lambda Cloud), PyTorch NGC container, DeepLearningExamples "
+        'ConvNets, synthetic data | ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | '
+        '"FP32" 1895 img/s; AMP 2791 img/s | lambdal/deeplearning-benchmark '
+        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv |",
+        software="TensorFlow 1.15.4 (TF32) on an A100-PCIE-40GB, x the H100/A100 ratio of "
+        "PyTorch ResNet-50 (TF32)",
+        why="No H100 VGG time is published: the A100's VGG-16, x 1066/1895 (as Inception-V3).",
+    ),
+    ("h100", "vgg19_22k"): PublishedTime(
+        profile_batch=32,
+        rate_of="vgg16",
+        source="no published time; the rate of | A100-PCIE-40GB, TensorFlow 1.15.4, CUDA "
+        "11.1, tf_cnn_benchmarks, synthetic data | Inception-V3 / ResNet-50 / "
+        'VGG-16, batch 224 | "FP32" 627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 '
+        "/ 7197.02 / 4073.72) | lambdal/lambda-tensorflow-benchmark "
+        'logs/7502-A100-PCIE-40GB.logs (the "A100 40GB PCIe" row of '
+        "tf-train-throughput-fp32.csv) | + | A100-SXM4-80GB, PyTorch NGC container, "
+        "DeepLearningExamples ConvNets, synthetic data | ResNet-50 v1.5, batch 640 "
+        '"FP32" / 1280 AMP | "FP32" 1066 img/s; AMP 1582 img/s | '
+        "lambdal/deeplearning-benchmark "
+        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv | + | "
+        "H100-SXM5-80GB (Lambda Cloud), PyTorch NGC container, DeepLearningExamples "
+        'ConvNets, synthetic data | ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | '
+        '"FP32" 1895 img/s; AMP 2791 img/s | lambdal/deeplearning-benchmark '
+        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv |",
+        software="TensorFlow 1.15.4 (TF32) on an A100-PCIE-40GB, x the H100/A100 ratio of "
+        "PyTorch ResNet-50 (TF32)",
+        why="No VGG-19 time is published for the H100: VGG19-22K's FLOPs at the derived H100 "
+        "VGG-16's effective FLOP rate.",
     ),
 }
 

@@ -41,9 +41,12 @@ def profile_plan(
     compression: str = "none",
     powersgd_rank: int = 4,
     rates: Any = None,
+    servers: int | None = None,
+    workers_per_host: int = 1,
 ) -> Any:
-    """The `_C.Plan` a job of `nodes` workers and as many shards would run in sync `mode`,
-    with the job's `compression` allowance, PowerSGD rank and `_C.Rates`. The profile was
+    """The `_C.Plan` a job of `nodes` workers and as many shards (or `servers`) would run in
+    sync `mode`, with the job's `compression` allowance, PowerSGD rank and `_C.Rates`, and
+    `workers_per_host` workers per machine (local aggregation when > 1). The profile was
     measured at iter_size 1; its rows are an iteration's. With the link's rate known the
     coordinator judges the plan on the iteration's schedule: the specs carry the profile's
     times, as a job's workers carry their measurements (`profile_costs`)."""
@@ -55,9 +58,10 @@ def profile_plan(
     if rates is not None and rates.link_bytes_per_s > 0:
         for spec in specs:
             spec.measured = profile_costs(profile, spec, nodes)
-    return _C.make_plan(specs, nodes, nodes, chunk_bytes, compression=compression_of(compression),
-                        powersgd_rank=powersgd_rank,
-                        rates=rates if rates is not None else _C.Rates())  # fmt: skip
+    return _C.make_plan(specs, nodes, servers or nodes, chunk_bytes,
+                        compression=compression_of(compression), powersgd_rank=powersgd_rank,
+                        rates=rates if rates is not None else _C.Rates(),
+                        workers_per_machine=workers_per_host)  # fmt: skip
 
 
 def profile_costs(profile: Profile, spec: Any, nodes: int) -> Any:

@@ -3,8 +3,10 @@ time and speed-up per mode and node count, the JSON file, and the figure.
 
 JSON schema (more keys allowed): {"model": str, "profile": str, "bandwidth_bps": float,
 "cells": [{"mode": str, "nodes": int, "iteration_s": float, "images_per_s": float,
-"speedup": float, ...}, ...], ...}. A cell's speed-up is its images/s over the same mode's
-on one node (weak scaling: the batch per node is fixed), i.e. P · t(1) / t(P).
+"speedup": float, ...}, ...], "workers_per_node": int, ...}. A cell's speed-up is its
+images/s over the same mode's on one worker (weak scaling: the batch per worker is fixed),
+i.e. P·G · t(1) / t(P) with G workers on each of P nodes; a mode `X-flat` (several workers
+per node, no local aggregation) is compared with X's one worker.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ MODE_LABELS = {
     "poseidon": "Poseidon (WFBP + HybComm)",
     "allreduce": "DDP-style all-reduce",
     "poseidon-tuned": "Poseidon, plan by time (tuned)",
+    "poseidon-flat": "Poseidon, no local aggregation (flat)",
+    "wfbp-flat": "Caffe+WFBP, no local aggregation (flat)",
+    "ps-nooverlap-flat": "Caffe+PS, no local aggregation (flat)",
 }
+
+
+def base_mode(mode: str) -> str:
+    """The mode whose one worker a cell's speed-up is over: `poseidon-flat` -> `poseidon`."""
+    return mode.removesuffix("-flat")
 
 
 @dataclass
@@ -49,21 +59,25 @@ class Results:
     kind: str  # "emulated", "cluster" or "predicted"
     cells: list[Cell] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    workers_per_node: int = 1
 
     def add(self, cell: Cell) -> None:
-        cell.images_per_s = cell.nodes * self.batch / cell.iteration_s
+        cell.images_per_s = cell.nodes * self.workers_per_node * self.batch / cell.iteration_s
         self.cells.append(cell)
         self.update_speedups()
 
     def update_speedups(self, single_node_s: dict[str, float] | None = None) -> None:
-        """Speed-up over the same mode on one node (measured, else `single_node_s`)."""
+        """Speed-up over the same mode on one worker (measured — a one-node cell when a node
+        has one worker — else `single_node_s`, by mode)."""
         base = dict(single_node_s or {})
         for cell in self.cells:
-            if cell.nodes == 1:
+            if cell.nodes == 1 and self.workers_per_node == 1:
                 base[cell.mode] = cell.iteration_s
+        workers = self.workers_per_node
         for cell in self.cells:
-            if cell.mode in base:
-                cell.speedup = cell.nodes * base[cell.mode] / cell.iteration_s
+            one = base.get(cell.mode, base.get(base_mode(cell.mode)))
+            if one is not None:
+                cell.speedup = cell.nodes * workers * one / cell.iteration_s
 
     def cell(self, mode: str, nodes: int) -> Cell | None:
         return next((c for c in self.cells if c.mode == mode and c.nodes == nodes), None)
@@ -75,6 +89,7 @@ class Results:
             "bandwidth_bps": self.bandwidth_bps,
             "batch": self.batch,
             "kind": self.kind,
+            "workers_per_node": self.workers_per_node,
             **self.info,
             "cells": [c.as_json() for c in self.cells],
         }
@@ -92,18 +107,21 @@ class Results:
         modes = list(dict.fromkeys(c.mode for c in self.cells))
         nodes = sorted({c.nodes for c in self.cells})
         link = format_bandwidth(self.bandwidth_bps) if self.bandwidth_bps else "real links"
+        per = (f"batch {self.batch} per worker, {self.workers_per_node} workers per node"
+               if self.workers_per_node > 1 else f"batch {self.batch} per node")  # fmt: skip
         lines = [
-            f"{self.model}: {self.kind}, {link}, batch {self.batch} per node; profile "
-            f"{self.profile or '(real compute)'}"
+            f"{self.model}: {self.kind}, {link}, {per}; profile {self.profile or '(real compute)'}"
         ]
         for key in ("scaling", "note"):
             if self.info.get(key):
                 lines.append(str(self.info[key]))
-        lines.append("speed-up over 1 node (iteration s, images/s)")
-        header = f"{'mode':<14}" + "".join(f"{'P=' + str(p):>26}" for p in nodes)
+        one = "1 worker" if self.workers_per_node > 1 else "1 node"
+        lines.append(f"speed-up over {one} (iteration s, images/s)")
+        width = max([14, *(len(m) + 1 for m in modes)])
+        header = f"{'mode':<{width}}" + "".join(f"{'P=' + str(p):>26}" for p in nodes)
         lines.append(header)
         for mode in modes:
-            row = f"{mode:<14}"
+            row = f"{mode:<{width}}"
             for p in nodes:
                 c = self.cell(mode, p)
                 if c is None:
@@ -143,8 +161,9 @@ def plot(results: Results, path: str, title: str | None = None) -> None:
     import matplotlib.pyplot as plt
 
     nodes = sorted({c.nodes for c in results.cells})
+    g = results.workers_per_node
     figure, axis = plt.subplots(figsize=(5.2, 4.2))
-    axis.plot(nodes, nodes, color="0.6", linestyle="--", label="linear")
+    axis.plot(nodes, [g * p for p in nodes], color="0.6", linestyle="--", label="linear")
     for mode in dict.fromkeys(c.mode for c in results.cells):
         cells = sorted((c for c in results.cells if c.mode == mode), key=lambda c: c.nodes)
         axis.plot(
@@ -155,8 +174,8 @@ def plot(results: Results, path: str, title: str | None = None) -> None:
         )
     link = format_bandwidth(results.bandwidth_bps) if results.bandwidth_bps else "real links"
     axis.set_title(title or f"{results.model}, {link} ({results.kind})", fontsize=10)
-    axis.set_xlabel("nodes")
-    axis.set_ylabel("speed-up")
+    axis.set_xlabel(f"nodes ({g} workers each)" if g > 1 else "nodes")
+    axis.set_ylabel("speed-up over one worker" if g > 1 else "speed-up")
     axis.set_xticks(nodes)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)

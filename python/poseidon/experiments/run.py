@@ -77,7 +77,8 @@ def describe_scaling(byte_scale: int, dilations: dict[int, float]) -> str:
             "slower; times reported undilated)")  # fmt: skip
 
 
-def choose_byte_scale(profile: Profile, max_nodes: int, bandwidth_bps: float) -> int:
+def choose_byte_scale(profile: Profile, max_nodes: int, bandwidth_bps: float,
+                      per_node: int = 1) -> int:  # fmt: skip
     """The smallest power of two that brings a worker's model to SCALED_MODEL_BYTES, raised
     (up to PREFERRED_BYTE_SCALE) while the largest cell would still need dilation: shrinking
     bytes costs no time, dilating does."""
@@ -86,21 +87,24 @@ def choose_byte_scale(profile: Profile, max_nodes: int, bandwidth_bps: float) ->
     while model_bytes / scale > SCALED_MODEL_BYTES:
         scale *= 2
     while (scale < PREFERRED_BYTE_SCALE
-           and choose_dilation(max_nodes, bandwidth_bps, scale) > MIN_DILATION):  # fmt: skip
+           and choose_dilation(max_nodes, bandwidth_bps, scale, None, per_node)
+           > MIN_DILATION):  # fmt: skip
         scale *= 2
     return scale
 
 
 def choose_dilation(
-    nodes: int, bandwidth_bps: float, byte_scale: int, profile: Profile | None = None
-) -> float:
+    nodes: int, bandwidth_bps: float, byte_scale: int, profile: Profile | None = None,
+    per_node: int = 1,
+) -> float:  # fmt: skip
     """The smallest power of two, at least MIN_DILATION, that keeps the nodes' links, at
     full rate, within EMULATION_BUDGET_BYTES_PER_S in all, and (given the profile) the
-    nodes' host work within HOST_CPU_SHARE of this machine's cores."""
+    workers' host work (`per_node` on each node) within HOST_CPU_SHARE of this machine's
+    cores."""
     traffic = nodes * bandwidth_bps / 8 / byte_scale if nodes > 1 else 0.0
     host_s = iteration_s = 0.0
     if profile is not None:
-        host_s = nodes * len(profile.layers) * HOST_S_PER_LAYER
+        host_s = nodes * per_node * len(profile.layers) * HOST_S_PER_LAYER
         iteration_s = profile.iteration_s
     cores = os.cpu_count() or 1
     dilation = MIN_DILATION
@@ -184,20 +188,27 @@ def run_cell(
     ssh: list[str] | None,
     port: int,
     echo: Callable[[str], None] | None = None,
+    per_node: int = 1,
+    aggregate: bool = True,
 ) -> Cell:
-    """Start one job, wait for it, and read every worker's RESULT line. Raises
-    ExperimentError naming the cell; KeyboardInterrupt when the job was interrupted."""
+    """Start one job of `per_node` workers on each of `nodes` nodes (summed inside each node
+    first when `aggregate`: POSEIDON_WORKERS_PER_HOST), wait for it, and read every worker's
+    RESULT line. Raises ExperimentError naming the cell; KeyboardInterrupt when the job was
+    interrupted."""
     from poseidon.launch import Host, JobSpec, run_job
 
+    workers = nodes * per_node
+    local = per_node > 1 and aggregate
     spec = JobSpec(
         command=job.worker_command(),
-        num_workers=nodes,
-        num_servers=nodes,
+        num_workers=workers,
+        num_servers=nodes if local else workers,  # a shard per machine, or per worker
         sync=mode,
         timeout_ms=job.timeout_ms,
         coordinator_port=port,
-        hosts=[Host(h) for h in hosts[:nodes]] if hosts else [],
+        hosts=[Host(h, per_node) for h in hosts[:nodes]] if hosts else [],
         extra_env=job.environment(),
+        workers_per_host=per_node if local else 1,
     )
     if ssh is not None:
         spec.ssh = ssh
@@ -207,11 +218,11 @@ def run_cell(
     if code in (130, 143):
         raise KeyboardInterrupt
     found = _results(out.lines)
-    if code != 0 or len(found) != nodes:
+    if code != 0 or len(found) != workers:
         tail = "\n".join(out.lines[-25:])
         raise ExperimentError(
             f"{mode} on {nodes} node(s) failed (exit status {code}, "
-            f"{len(found)} of {nodes} results); last lines:\n{tail}"
+            f"{len(found)} of {workers} results); last lines:\n{tail}"
         )
     sums = [r["checksum"] for r in found]
     if max(sums) - min(sums) > 1e-6 * max(1.0, abs(max(sums))):
@@ -220,8 +231,11 @@ def run_cell(
             f"training (checksums {sums}): synchronisation is broken"
         )
     slowest = max(found, key=lambda r: r["iteration_s"])
+    # A node's bytes: its workers' together (ranks n·G .. n·G+G−1).
+    per_host = [sum(r["bytes_sent"] for r in found[n * per_node : (n + 1) * per_node])
+                for n in range(nodes)]  # fmt: skip
     extra = {
-        "bytes_per_node": max(r["bytes_sent"] for r in found),
+        "bytes_per_node": max(per_host),
         "wall_iteration_s": slowest["wall_iteration_s"],
         "late_s": max(r["late_s"] for r in found),
         # The share of this machine's cores the workers' processes took while timed.

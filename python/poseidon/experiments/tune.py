@@ -23,9 +23,11 @@ from dataclasses import replace
 
 from poseidon.experiments.predict import (
     EXACT,
+    PAPER_LAYOUT,
     TUNED,
     CellPrediction,
     Compression,
+    Layout,
     Link,
     predict_cell,
 )
@@ -105,16 +107,22 @@ def predict(
     link: Link,
     chunk_bytes: int = 1 << 20,
     compression: Compression = EXACT,
+    layouts: Sequence[Layout] = (PAPER_LAYOUT,),
 ) -> list[CellPrediction]:
-    """Every (mode, node count) cell; mode "poseidon-tuned" is Poseidon with the per-layer
-    schemes tune_layer_schemes finds for that cell (among the exact ones); `compression`
-    lets mode "poseidon" plan lossy schemes too."""
+    """Every (mode, layout, node count) cell; mode "poseidon-tuned" is Poseidon with the
+    per-layer schemes tune_layer_schemes finds for that cell (among the exact ones; the
+    paper's layout only); `compression` lets mode "poseidon" plan lossy schemes too. All-reduce
+    takes the first layout's workers per node (it has no local aggregation of its own)."""
+    if TUNED in modes and any(x.per_node > 1 for x in layouts):
+        raise ValueError("poseidon-tuned plans the paper's layout, one worker per node")
     cells = []
     for mode in modes:
-        for p in nodes:
-            if mode == TUNED:
-                cell, _ = tune_layer_schemes(profile, p, link, chunk_bytes)
-            else:
-                cell = predict_cell(profile, mode, p, link, chunk_bytes, compression=compression)
-            cells.append(cell)
+        for layout in layouts[:1] if mode == "allreduce" else layouts:
+            for p in nodes:
+                if mode == TUNED:
+                    cell, _ = tune_layer_schemes(profile, p, link, chunk_bytes)
+                else:
+                    cell = predict_cell(profile, mode, p, link, chunk_bytes,
+                                        compression=compression, layout=layout)  # fmt: skip
+                cells.append(cell)
     return cells

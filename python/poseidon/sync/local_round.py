@@ -113,6 +113,7 @@ def submit(layer_round: LayerRound, iteration: int, now_us: float) -> Future:
 
         def receive() -> Any:
             local.wait(reduced, f"local sum of {what}")
+            timeline_of["reduced"] = timeline_of["spread_from"] = layer_round.clock()
             return local.spread(tensor)
 
         return local.spread_thread.submit(receive)
@@ -151,18 +152,23 @@ def _submit_factors(layer_round: LayerRound, local: LocalGroup, iteration: int,
                     what: str) -> Future:  # fmt: skip
     slots = layer_round.local_factors
     assert slots is not None and layer_round.factors is not None
+    times = layer_round.local_times
+    times.clear()
+    times["reduce_from"] = layer_round.clock()
     slots.fill_own(layer_round.factors.pack())
     gathered = local.gather(slots.own, slots.machine_slots if local.is_leader else [])
     if not local.is_leader:
 
         def receive() -> Any:
             local.wait(gathered, f"local factors of {what}")
+            times["reduced"] = times["spread_from"] = layer_round.clock()
             return local.spread(slots.all)
 
         return local.spread_thread.submit(receive)
 
     def exchange() -> Any:
         local.wait(gathered, f"local factors of {what}")
+        times["reduced"] = layer_round.clock()
         message = slots.machine_message()
         handle = layer_round.worker.allgather(layer_round.index, iteration, message)
         handle.wait()
@@ -172,6 +178,7 @@ def _submit_factors(layer_round: LayerRound, local: LocalGroup, iteration: int,
             if machine != local.machine:
                 factor = worker.factor(layer_round.index, iteration, machine * local.size)
                 slots.place_machine(machine, np.asarray(factor))
+        times["spread_from"] = layer_round.clock()
         return local.spread(slots.all)
 
     return local.spread_thread.submit(exchange)
@@ -209,7 +216,8 @@ def _record(layer_round: LayerRound, timeline: Timeline, waited_us: float,
     times = layer_round.local_times
     name, iteration = layer_round.name, layer_round.iteration
     start = times.get("reduce_from", layer_round.submitted_us)
-    timeline.span(f"{name} (local sum)", "local", start, times.get("reduced", start),
+    name_of_sum = "local factors" if layer_round.factors is not None else "local sum"
+    timeline.span(f"{name} ({name_of_sum})", "local", start, times.get("reduced", start),
                   iteration=iteration)  # fmt: skip
     spread_from = times.get("spread_from")
     if spread_from is not None:

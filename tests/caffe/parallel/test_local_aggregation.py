@@ -91,3 +91,20 @@ def test_a_killed_worker_is_named_with_its_machine(tmp_path, victim):
     assert any(re.search(named, line) for line in verdict), output[-4000:]
     assert "Traceback" not in output
     assert not any(alive(pid) for pid in pids)
+
+
+def test_the_timeline_shows_the_local_stage(tmp_path):
+    """Every worker's trace has each layer's local sum and spread on the `local` lane; only
+    the leaders' show the network's `sending`."""
+    import json
+
+    base = tmp_path / "trace.json"
+    run_job(str(tmp_path), 4, 2, "wfbp", "auto", 3, env={"POSEIDON_TIMELINE": str(base)},
+            extra_args=TWO_BY_TWO)  # fmt: skip
+    for rank in range(4):
+        with open(tmp_path / f"trace.{rank}.json") as f:
+            events = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+        local = {e["name"] for e in events if e["cat"] == "local"}
+        assert "conv1 (local sum)" in local and "ip2 (local spread)" in local, (rank, local)
+        sending = any(e["cat"] == "sending" for e in events)
+        assert sending == (rank % 2 == 0), rank

@@ -118,3 +118,32 @@ def test_ctrl_c_stops_everything(tmp_path):
     assert "interrupted" in err
     assert not namespaces(), namespaces()
     assert not worker_processes(), worker_processes()
+
+
+def test_several_workers_per_node_with_and_without_local_aggregation(tmp_path):
+    """2 namespaces × 2 workers: Poseidon with local aggregation, flat, and all-reduce, each
+    within 15% of the predictor, every worker's weights the same (run_cell checks), and the
+    aggregated node moving fewer bytes than the flat one."""
+    out = tmp_path / "g2.json"
+    args = ["experiment", "--model", "cifar10_quick", "--profile", "cifar10_quick.cpu",
+            "--bandwidth", "300mbit", "--emulate", "--nodes", "2", "--workers-per-node", "2",
+            "--modes", "poseidon,allreduce", "--iterations", "2", "--warmup", "1",
+            "--dilation", "2", "-o", str(out)]  # fmt: skip
+    done = subprocess.run(poseidon(*args), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "speed-up over 1 worker" in done.stdout
+    data = json.loads(out.read_text())
+    assert data["workers_per_node"] == 2
+    cells = {c["mode"]: c for c in data["cells"]}
+    assert set(cells) == {"poseidon", "poseidon-flat", "allreduce"}
+    assert cells["poseidon"]["bytes_per_node"] < cells["poseidon-flat"]["bytes_per_node"]
+    profile = load_profile(resolve_profile("cifar10_quick.cpu", "cifar10_quick"))
+    link = Link(300e6, TCP_GOODPUT_TBF)
+    from poseidon.experiments.predict import Layout
+
+    for mode, layout in (("poseidon", Layout(2, True)), ("poseidon", Layout(2, False)),
+                         ("allreduce", Layout(2, True))):  # fmt: skip
+        predicted = predict_cell(profile, mode, 2, link, layout=layout).iteration_s
+        measured = cells[layout.label(mode)]["iteration_s"]
+        assert measured == pytest.approx(predicted, rel=0.15), layout.label(mode)
+    assert not namespaces() and not worker_processes()

@@ -307,3 +307,46 @@ def test_predict_command_takes_the_compression(capsys):
     assert lossy > exact * 1.5  # fc6-8 and the convolutions at a fraction of their bytes
     assert main([*common, "--compression", "zip"]) == 2
     assert "--compression='zip'" in capsys.readouterr().err
+
+
+# ----- several workers per node (Note [several workers per node]) -----------------------------
+def test_local_aggregation_puts_one_workers_traffic_on_each_nodes_link():
+    from poseidon.experiments.predict import Layout
+
+    profile = make_profile([relu("data"), conv("c1", 1_000_000, 0.01, 0.05)])
+    paper = predict_cell(profile, "wfbp", 4, LINK)
+    local = predict_cell(profile, "wfbp", 4, LINK, layout=Layout(4, True))
+    flat = predict_cell(profile, "wfbp", 4, LINK, layout=Layout(4, False))
+    # Aggregated, the network sees 4 machines: the paper's layout on 4 nodes, byte for byte.
+    assert local.bytes_per_node == pytest.approx(paper.bytes_per_node)
+    assert local.iteration_s == pytest.approx(paper.iteration_s)
+    assert (local.mode, flat.mode, local.workers_per_node) == ("wfbp", "wfbp-flat", 4)
+    # Flat, each of the 4 workers pushes the 12/16 of its gradient that no shard of its
+    # host owns, and returns as much: 4 times the node's bytes, through one link.
+    size = 4 * 1_000_000
+    chunks = 16  # 4 MB spread over the 16 shards (Note [chunk layout])
+    per_worker = 2 * 12 / 16 * (size + chunks * FRAME_HEADER_BYTES)
+    assert flat.bytes_per_node == pytest.approx(4 * per_worker)
+    assert flat.iteration_s > 3 * local.iteration_s - 2 * 0.06  # the wire, 4 times over
+
+
+def test_the_local_stage_costs_its_bytes_at_the_local_rate():
+    from poseidon.experiments.predict import Layout
+
+    profile = make_profile([relu("data"), conv("c1", 1_000_000, 0.01, 0.05)])
+    free = predict_cell(profile, "wfbp", 2, LINK, layout=Layout(4, True))
+    local_link = Link(8 * 10 * B, goodput=1.0, latency_s=0.0)  # 10x the network
+    paid = predict_cell(profile, "wfbp", 2, LINK, layout=Layout(4, True, local_link))
+    # 4·M·N·(G−1)/G floats per worker, sent + received at 2 × 1 GB/s.
+    local_s = 4 * 4 * 1_000_000 * 3 / 4 / (2 * 10 * B)
+    assert paid.iteration_s == pytest.approx(free.iteration_s + local_s)
+
+
+def test_allreduce_with_several_workers_per_node_is_one_ring_over_all():
+    from poseidon.experiments.predict import Layout
+
+    profile = make_profile([relu("data"), conv("c1", 1_000_000, 0.01, 0.05)])
+    four_by_four = predict_cell(profile, "allreduce", 4, LINK, layout=Layout(4, True))
+    sixteen = predict_cell(profile, "allreduce", 16, LINK)
+    assert four_by_four.bytes_per_node == pytest.approx(sixteen.bytes_per_node)
+    assert four_by_four.iteration_s == pytest.approx(sixteen.iteration_s)

@@ -143,7 +143,8 @@ def test_wrong_batch_or_model_or_target_fails_clearly():
         derive_profile(base_profile("vgg19", 16), "titanx-maxwell")
     with pytest.raises(ValueError, match="no published titanx-maxwell time for model 'lenet'"):
         derive_profile(base_profile("lenet", 64), "titanx-maxwell")
-    with pytest.raises(ValueError, match="unknown target 'k80'; known: titanx-maxwell"):
+    with pytest.raises(ValueError, match="unknown target 'k80'; known: titanx-maxwell, v100, "
+                       "a100, h100"):  # fmt: skip
         derive_profile(base_profile(), "k80")
 
 
@@ -155,6 +156,30 @@ def test_cifar10_quick_borrows_googlenets_flop_rate():
     flops = sum(layer.flops_forward + layer.flops_backward for layer in base.layers)
     assert derived.iteration_s == pytest.approx(flops / (googlenet / 0.062), rel=1e-12)
     assert "No published time" in derived.derivation["notes"]
+
+
+@pytest.mark.parametrize(
+    "target, total",
+    [("v100", 32 * 192 / 273.17 / 192), ("a100", 32 / 627.35),
+     ("h100", 32 / 627.35 * 1066 / 1895)],
+)  # fmt: skip
+def test_todays_gpus_take_their_published_throughput(target, total):
+    # Inception-V3: the V100's and A100's own runs; the H100 the A100's x the one H100/A100
+    # ratio published on one benchmark (ResNet-50, docs/published_times.md §1b).
+    derived = derive_profile(base_profile("inception_v3", 32), target)
+    assert derived.iteration_s == pytest.approx(total, rel=1e-12)
+    assert derived.device["tag"] == target
+
+
+def test_vgg19_22k_on_todays_gpus_borrows_vgg16s_flop_rate():
+    base = base_profile("vgg19_22k", 32)
+    flops = sum(layer.flops_forward + layer.flops_backward for layer in base.layers)
+    for target, vgg16_s in (("v100", 192 / 249.19), ("a100", 224 / 503.61),
+                            ("h100", 224 / 503.61 * 1066 / 1895)):  # fmt: skip
+        row = PUBLISHED_TIMES[(target, "vgg16")]
+        rate = reference_flops("vgg16", row.batch) / vgg16_s
+        derived = derive_profile(base, target)
+        assert derived.iteration_s == pytest.approx(flops / rate, rel=1e-12), target
 
 
 def test_every_table_row_is_consistent():

@@ -21,11 +21,12 @@ NO_TIME = "no published time; the rate of "
 
 
 def table_rows() -> set[str]:
-    """The lines of section 1 of docs/published_times.md that are table rows."""
+    """The lines of section 1 (and 1b, today's GPUs) of docs/published_times.md that are table
+    rows."""
     rows, inside = set(), False
     for line in TABLE_DOC.read_text(encoding="utf-8").splitlines():
         if line.startswith("## "):
-            inside = line.startswith("## 1.")
+            inside = line.startswith(("## 1.", "## 1b."))
         elif inside and line.startswith("|"):
             rows.add(line)
     return rows
