@@ -15,20 +15,26 @@ import sys
 
 from poseidon.config import parse_layer_schemes
 from poseidon.experiments.emulation import TCP_GOODPUT_TBF
-from poseidon.experiments.predict import Link, predict_cell
+from poseidon.experiments.predict import EXACT, Compression, Layout, Link, predict_cell
 from poseidon.experiments.profile import load_profile
 from poseidon.experiments.resolve import resolve_profile
 
 
-def predict(profile, cell: dict, link: Link) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """A cell's predicted iteration (a poseidon-tuned cell with the plan it ran) and the
-    share of it that one node's uplink is busy (bytes over goodput): where that share is
-    high, the fluid link of the model is optimistic (docs/experiments.md §6.5)."""
+def predict(profile, cell: dict, link: Link, per_node: int = 1,  # type: ignore[no-untyped-def]
+            compression: Compression = EXACT) -> tuple[float, float]:  # fmt: skip
+    """A cell's predicted iteration (a poseidon-tuned cell with the plan it ran; a `-flat`
+    cell of several workers per node without local aggregation) and the share of it that
+    one node's uplink is busy (bytes over goodput): where that share is high, the fluid
+    link of the model is optimistic (docs/experiments.md §6.5)."""
     mode, schemes = cell["mode"], None
     if mode == "poseidon-tuned":
         mode = "poseidon"
         schemes = parse_layer_schemes(cell.get("layer_schemes", ""), "layer_schemes")
-    cell_prediction = predict_cell(profile, mode, cell["nodes"], link, layer_schemes=schemes)
+    layout = Layout(per_node, not mode.endswith("-flat"))
+    mode = mode.removesuffix("-flat")
+    allowed = compression if mode == "poseidon" else EXACT
+    cell_prediction = predict_cell(profile, mode, cell["nodes"], link, layer_schemes=schemes,
+                                   layout=layout, compression=allowed)  # fmt: skip
     busy = cell_prediction.bytes_per_node / link.bytes_per_s / cell_prediction.iteration_s
     return cell_prediction.iteration_s, busy
 
@@ -42,15 +48,18 @@ def compare(paths: list[str]) -> list[tuple]:
             continue
         profile = load_profile(resolve_profile(data["profile"], data["model"]))
         link = Link(data["bandwidth_bps"], TCP_GOODPUT_TBF)
+        per_node = int(data.get("workers_per_node", 1))
+        kind, _, rank = str(data.get("compression", "none:4")).partition(":")
+        compression = Compression(kind, int(rank or 4))
         for cell in data["cells"]:
-            predicted, busy = predict(profile, cell, link)
+            predicted, busy = predict(profile, cell, link, per_node, compression)
             error = predicted / cell["iteration_s"] - 1
             rows.append(
                 (
                     data["model"],
                     data["bandwidth_bps"],
                     cell["mode"],
-                    cell["nodes"],
+                    f"{cell['nodes']}x{per_node}" if per_node > 1 else cell["nodes"],
                     cell["iteration_s"],
                     predicted,
                     busy,
@@ -81,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         else:
             print(
-                f"{model:<14}{link:>12} {mode:<15}{p:>4}{measured:>10.4f}{predicted:>10.4f}"
+                f"{model:<14}{link:>12} {mode:<18}{p!s:>5}{measured:>10.4f}{predicted:>10.4f}"
                 f"{busy:>7.0%}{error:>+9.1%}"
             )
     errors = [abs(r[-1]) for r in rows]

@@ -257,7 +257,12 @@ def predict_cell(
         backward_end[index] = now
     backward_s = now
     if mode == "allreduce":  # one ring over every worker: each node's link carries one hop
-        done, sent = _allreduce(profile, nodes * g, link, backward_end, buckets)
+        ring_link = link
+        if nodes == 1 and g > 1:  # the ring never leaves the machine
+            ring_link = layout.local or Link(math.inf, 1.0, 0.0)
+        done, sent = _allreduce(profile, nodes * g, ring_link, backward_end, buckets)
+        if nodes == 1:
+            sent = 0.0  # nothing crossed a network link
         start_forward = max([backward_s, *done.values()])
         waits_per_layer = False
     else:

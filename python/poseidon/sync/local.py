@@ -17,10 +17,20 @@ only this job's workers of this machine find it; it is removed when the last of 
 closes it.
 
 Two groups, each used in one order that every worker of the machine follows: `reduce` in
-the order layers' rounds are submitted (backward order), and `spread` in the same order,
-one layer after the other as the leader's exchanges complete. Every wait polls the comm
-core's failure, so a job that ends elsewhere ends the local waits too (never a silent hang
-on a gloo or NCCL wait whose peer is frozen).
+the order layers' rounds are submitted (backward order), and `spread` in the order the
+leader's exchanges complete — which the comm core's priorities decide (lower layers first),
+not the submission order: a spread waiting for the first-submitted layer, the last to come
+back, would hold every other layer's result. So before each spread the leader announces
+which layer it is (Note [announced spreads]). Every wait polls the comm core's failure, so
+a job that ends elsewhere ends the local waits too (never a silent hang on a gloo or NCCL
+wait whose peer is frozen).
+
+Note [announced spreads]. Each submitted round queues one task on the spread thread of
+every worker of the machine: one spread, whichever layer's. The leader's task takes the
+lowest layer whose exchange is back (polling the comm core's handles), broadcasts its layer
+id, then its result; the others' task receives the id, then that layer's result. So the
+spread group sees the same collectives in the same order on every worker, and each layer's
+result leaves the moment it is there.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ import datetime
 import hashlib
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -82,9 +93,15 @@ class LocalGroup:
             raise LocalStageError(f"{self.name}: the local group did not form within "
                                   f"{timeout_s:.0f} s: {e}") from None  # fmt: skip
         # The leader: one thread hands each layer's local sum to the comm core in submission
-        # order; another, in the same order, spreads each result once the exchange is done.
+        # order; another spreads each result once its exchange is back (Note [announced
+        # spreads]), on every worker.
         self.submit_thread = ThreadPoolExecutor(1, "poseidon-local-submit")
         self.spread_thread = ThreadPoolExecutor(1, "poseidon-local-spread")
+        self._lock = threading.Lock()
+        self._rounds: dict[int, Any] = {}  # layer id -> its round (LayerRound)
+        self._exchanged: list[Any] = []  # the leader's rounds whose exchange is under way
+        self._announce = torch.zeros(1, dtype=torch.int64, device=device
+                                     if self.backend == "nccl" else "cpu")  # fmt: skip
 
     def _group(self, store: Any, timeout: datetime.timedelta, device: torch.device) -> Any:
         if self.backend == "nccl":
@@ -120,6 +137,56 @@ class LocalGroup:
         options = dist.BroadcastOptions()
         options.rootRank = 0
         return self.spread_group.broadcast([tensor], options)
+
+    # ----- Note [announced spreads] ---------------------------------------------------------
+    def register(self, layer_round: Any) -> None:
+        """`layer_round` (a LayerRound) is submitted: its id may be announced."""
+        with self._lock:
+            self._rounds[layer_round.index] = layer_round
+
+    def exchanging(self, layer_round: Any) -> None:
+        """The leader: `layer_round`'s exchange is under way (its `exchange_done()` says when
+        it is back)."""
+        with self._lock:
+            self._exchanged.append(layer_round)
+
+    def next_exchanged(self, what: str) -> Any:
+        """The leader: the lowest layer whose exchange is back, taken off the list; waits
+        (polling, never past the timeout or the job's end) until there is one."""
+        deadline = time.monotonic() + self.timeout_s
+        pause = _POLL_FIRST_S
+        while True:
+            with self._lock:
+                done = [r for r in self._exchanged if r.exchange_done()]
+                if done:
+                    chosen = min(done, key=lambda r: r.index)
+                    self._exchanged.remove(chosen)
+                    return chosen
+            reason = self.failure()
+            if reason:
+                raise poseidon.PeerFailure(f"{what} on {self.name}: job aborted: {reason}")
+            if time.monotonic() > deadline:
+                raise LocalStageError(f"{what} on {self.name}: no exchange came back within "
+                                      f"{self.timeout_s:.0f} s")  # fmt: skip
+            time.sleep(pause)
+            pause = min(2 * pause, _POLL_MAX_S)
+
+    def announce(self, layer_round: Any | None, what: str) -> Any:
+        """The leader passes the round it spreads next, the others None: every worker gets
+        that round (by its layer id)."""
+        if layer_round is not None:
+            self._announce.fill_(layer_round.index)
+        self.wait(self.spread(self._announce), f"the announcement of {what}")
+        with self._lock:
+            return self._rounds[int(self._announce.item())]
+
+    def fail_rounds(self, error: BaseException) -> None:
+        """A spread task failed: every round still waiting for its spread fails with it."""
+        with self._lock:
+            rounds = list(self._rounds.values())
+        for r in rounds:
+            if r.spread_done is not None and not r.spread_done.done():
+                r.spread_done.set_exception(error)
 
     def wait(self, work: Any, what: str) -> None:
         """Until `work` is done. Raises the comm core's failure if the job ends meanwhile,

@@ -6,11 +6,11 @@ Through the shards (PS, BF16, PowerSGD):
     submit   every worker   reduce the layer's gradient to the leader (asynchronous)
              leader         submit thread: wait for the machine's sum; push_pull it (BF16:
                             the core rounds it; PowerSGD: encode it, round 1 of 2)
-             leader         spread thread: wait for the exchange; (PowerSGD: decode, the
-                            mean) spread the result
-             the others     spread thread: wait for their part of the reduce; receive the
-                            spread
-    finish   every worker   wait for the spread; PS and BF16: divide by P1 (the mean)
+             every worker   spread thread: one spread (local.py, Note [announced spreads]):
+                            the leader takes the lowest layer whose exchange is back
+                            (PowerSGD: decodes it, the mean), announces it and spreads its
+                            result; the others receive the announced layer's
+    finish   every worker   wait for the layer's spread; PS and BF16: divide by P1 (the mean)
 
 SFB: each worker's factors go to the leader in a fixed slot of 1 + capacity·width floats
 ([rows | dy | x], zero-padded); the leader sends the machine's rows (its workers' row
@@ -18,24 +18,28 @@ counts, then their factors, unpadded) to the other leaders, and spreads every wo
 of the job, P1 of them, so that every worker rebuilds from all P1 workers' factors as with
 one worker per machine.
 
-The round's `handle` is a Future of the spread's Work. The timeline's "local" lane shows the
-reduce (or gather) and the spread of each round.
+The round's `handle` is a Future resolved when its spread is done. The timeline's "local"
+lane shows the reduce (or gather) and the spread of each round.
 """
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+import poseidon
 from poseidon.sync.factors import stack_factors
-from poseidon.sync.local import LocalGroup
+from poseidon.sync.local import LocalGroup, LocalStageError
 
 if TYPE_CHECKING:
     from poseidon.sync.round import LayerRound
     from poseidon.timeline import Timeline
+
+_POLL_S = 2e-3  # finish: between looks at the comm core's failure while a spread is due
 
 
 class LocalFactors:
@@ -98,90 +102,124 @@ class LocalFactors:
 
 def submit(layer_round: LayerRound, iteration: int, now_us: float) -> Future:
     """Start `layer_round`'s local stage and exchange (module docstring); returns the future
-    of the spread's Work."""
+    of its spread."""
     local = layer_round.local
     assert local is not None
     what = f"layer {layer_round.name} iteration {iteration}"
-    if layer_round.factors is not None:
-        return _submit_factors(layer_round, local, iteration, what)
-    tensor = layer_round.diff
-    reduced = local.reduce(tensor)
-    timeline_of = layer_round.local_times
-    timeline_of.clear()
-    timeline_of["reduce_from"] = now_us
-    if not local.is_leader:
-
-        def receive() -> Any:
-            local.wait(reduced, f"local sum of {what}")
-            timeline_of["reduced"] = timeline_of["spread_from"] = layer_round.clock()
-            return local.spread(tensor)
-
-        return local.spread_thread.submit(receive)
-
-    def push() -> Any:
-        local.wait(reduced, f"local sum of {what}")
-        timeline_of["reduced"] = layer_round.clock()
-        if layer_round.powersgd is not None:
-            return layer_round.powersgd.submit(iteration)  # a Future of round 2's handle
-        staging = layer_round.staging
-        assert staging is not None
-        staging.to_host()
-        staging.wait_host()
-        return layer_round.worker.push_pull(layer_round.index, iteration)
-
-    pushed = local.submit_thread.submit(push)
-
-    def spread() -> Any:
-        handle = pushed.result()
-        if isinstance(handle, Future):
-            handle = handle.result()
-        handle.wait()
-        layer_round.core_handle = handle
-        if layer_round.powersgd is not None:
-            layer_round.powersgd.finish(local.num_workers)  # the mean, before it is spread
-        else:
-            assert layer_round.staging is not None
-            layer_round.staging.to_device()
-        timeline_of["spread_from"] = layer_round.clock()
-        return local.spread(tensor)
-
-    return local.spread_thread.submit(spread)
-
-
-def _submit_factors(layer_round: LayerRound, local: LocalGroup, iteration: int,
-                    what: str) -> Future:  # fmt: skip
-    slots = layer_round.local_factors
-    assert slots is not None and layer_round.factors is not None
     times = layer_round.local_times
     times.clear()
-    times["reduce_from"] = layer_round.clock()
-    slots.fill_own(layer_round.factors.pack())
-    gathered = local.gather(slots.own, slots.machine_slots if local.is_leader else [])
-    if not local.is_leader:
+    times["reduce_from"] = now_us
+    layer_round.spread_done = Future()
+    layer_round.exchange = None
+    local.register(layer_round)
+    slots = layer_round.local_factors
+    if slots is not None:
+        assert layer_round.factors is not None
+        slots.fill_own(layer_round.factors.pack())
+        into = slots.machine_slots if local.is_leader else []
+        layer_round.local_work = local.gather(slots.own, into)
+    else:
+        layer_round.local_work = local.reduce(layer_round.diff)
+    if local.is_leader:
+        local.submit_thread.submit(_exchange, layer_round, local, iteration, what)
+    local.spread_thread.submit(_spread_next, local, what)
+    return layer_round.spread_done
 
-        def receive() -> Any:
-            local.wait(gathered, f"local factors of {what}")
-            times["reduced"] = times["spread_from"] = layer_round.clock()
-            return local.spread(slots.all)
 
-        return local.spread_thread.submit(receive)
+def _exchange(layer_round: LayerRound, local: LocalGroup, iteration: int, what: str) -> None:
+    """The leader's submit thread: the machine's sum (or factors) to the comm core."""
+    try:
+        local.wait(layer_round.local_work, f"local sum of {what}")
+        layer_round.local_times["reduced"] = layer_round.clock()
+        worker, index = layer_round.worker, layer_round.index
+        if layer_round.local_factors is not None:
+            message = layer_round.local_factors.machine_message()
+            layer_round.exchange = worker.allgather(index, iteration, message)
+        elif layer_round.powersgd is not None:
+            layer_round.exchange = layer_round.powersgd.submit(iteration)  # round 2's future
+        else:
+            staging = layer_round.staging
+            assert staging is not None
+            staging.to_host()
+            staging.wait_host()
+            layer_round.exchange = worker.push_pull(index, iteration)
+    except BaseException as e:  # the failure reaches finish through the spread
+        layer_round.exchange = _Failed(e)
+    local.exchanging(layer_round)
 
-    def exchange() -> Any:
-        local.wait(gathered, f"local factors of {what}")
-        times["reduced"] = layer_round.clock()
-        message = slots.machine_message()
-        handle = layer_round.worker.allgather(layer_round.index, iteration, message)
-        handle.wait()
-        layer_round.core_handle = handle
-        worker = layer_round.worker
+
+class _Failed:
+    """An exchange that could not start: done at once, raising its error when waited."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def test(self) -> bool:
+        raise self.error
+
+    def wait(self) -> None:
+        raise self.error
+
+
+def exchange_done(layer_round: LayerRound) -> bool:
+    """Whether the leader's exchange of `layer_round` is back (or failed)."""
+    exchange = layer_round.exchange
+    if exchange is None:
+        return False
+    if isinstance(exchange, Future):  # PowerSGD: round 2's handle, once round 1 is back
+        if not exchange.done():
+            return False
+        if exchange.exception() is not None:
+            return True
+        exchange = exchange.result()
+    try:
+        return bool(exchange.test())
+    except Exception:  # failed: taken now, and its wait raises the error
+        return True
+
+
+def _spread_next(local: LocalGroup, what: str) -> None:
+    """One spread on the spread thread (local.py, Note [announced spreads])."""
+    layer_round = None
+    try:
+        if local.is_leader:
+            layer_round = local.next_exchanged(f"a spread after {what}")
+            _finish_exchange(layer_round, local)
+            local.announce(layer_round, what)
+        else:
+            layer_round = local.announce(None, what)
+            local.wait(layer_round.local_work, f"local sum of layer {layer_round.name}")
+            layer_round.local_times["reduced"] = layer_round.clock()
+        layer_round.local_times["spread_from"] = layer_round.clock()
+        slots = layer_round.local_factors
+        tensor = slots.all if slots is not None else layer_round.diff
+        local.wait(local.spread(tensor), f"local spread of layer {layer_round.name}")
+        layer_round.spread_done.set_result(None)
+    except BaseException as e:
+        if layer_round is not None and not layer_round.spread_done.done():
+            layer_round.spread_done.set_exception(e)
+        local.fail_rounds(e)
+
+
+def _finish_exchange(layer_round: LayerRound, local: LocalGroup) -> None:
+    """The leader, once `layer_round`'s exchange is back: its result where the spread reads
+    it (PowerSGD: decoded to the mean; SFB: every machine's factors in their slots)."""
+    exchange = layer_round.exchange
+    handle = exchange.result() if isinstance(exchange, Future) else exchange
+    handle.wait()
+    layer_round.core_handle = handle
+    slots = layer_round.local_factors
+    if slots is not None:
         for machine in range(local.num_workers // local.size):
             if machine != local.machine:
-                factor = worker.factor(layer_round.index, iteration, machine * local.size)
+                factor = layer_round.worker.factor(layer_round.index, layer_round.iteration,
+                                                   machine * local.size)  # fmt: skip
                 slots.place_machine(machine, np.asarray(factor))
-        times["spread_from"] = layer_round.clock()
-        return local.spread(slots.all)
-
-    return local.spread_thread.submit(exchange)
+    elif layer_round.powersgd is not None:
+        layer_round.powersgd.finish(local.num_workers)  # the mean, before it is spread
+    else:
+        assert layer_round.staging is not None
+        layer_round.staging.to_device()
 
 
 def finish(layer_round: LayerRound, num_workers: int, timeline: Timeline | None) -> None:
@@ -189,9 +227,18 @@ def finish(layer_round: LayerRound, num_workers: int, timeline: Timeline | None)
     local = layer_round.local
     assert local is not None and layer_round.handle is not None
     waited_us = layer_round.clock()
-    what = f"layer {layer_round.name} iteration {layer_round.iteration}"
-    work = layer_round.handle.result()
-    local.wait(work, f"local spread of {what}")
+    what = f"the local spread of layer {layer_round.name} iteration {layer_round.iteration}"
+    deadline = time.monotonic() + local.timeout_s
+    future = layer_round.handle
+    while not future.done():  # never past the job's end, nor the timeout
+        reason = local.failure()
+        if reason:
+            raise poseidon.PeerFailure(f"{what} on {local.name}: job aborted: {reason}")
+        if time.monotonic() > deadline:
+            raise LocalStageError(f"{what} on {local.name}: not done after "
+                                  f"{local.timeout_s:.0f} s")  # fmt: skip
+        time.sleep(_POLL_S)
+    future.result()  # raises the spread's error
     done_us = layer_round.clock()
     if timeline is not None:
         _record(layer_round, timeline, waited_us, done_us)
@@ -206,7 +253,7 @@ def finish(layer_round: LayerRound, num_workers: int, timeline: Timeline | None)
                               layer_round.factors.in_features, layer_round.device)  # fmt: skip
         layer_round.rebuild(dy, x, 1.0 / num_workers)
         return
-    if layer_round.powersgd is not None or layer_round.scheme == "PowerSGD":
+    if layer_round.scheme == "PowerSGD":
         return  # the leader spread the mean
     layer_round.diff.mul_(1.0 / num_workers)
 
@@ -216,8 +263,8 @@ def _record(layer_round: LayerRound, timeline: Timeline, waited_us: float,
     times = layer_round.local_times
     name, iteration = layer_round.name, layer_round.iteration
     start = times.get("reduce_from", layer_round.submitted_us)
-    name_of_sum = "local factors" if layer_round.factors is not None else "local sum"
-    timeline.span(f"{name} ({name_of_sum})", "local", start, times.get("reduced", start),
+    summed = "local factors" if layer_round.factors is not None else "local sum"
+    timeline.span(f"{name} ({summed})", "local", start, times.get("reduced", start),
                   iteration=iteration)  # fmt: skip
     spread_from = times.get("spread_from")
     if spread_from is not None:

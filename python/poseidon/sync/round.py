@@ -81,6 +81,11 @@ class LayerRound:
         self.local = local
         leader = local is None or local.is_leader
         self.core_handle: Any = None  # local stage: the leader's comm-core handle
+        # local stage (local_round.py): this round's reduce or gather, the leader's exchange
+        # (a comm-core handle, or PowerSGD's future of one), and its spread's completion
+        self.local_work: Any = None
+        self.exchange: Any = None
+        self.spread_done: Future | None = None
         self.local_times: dict[str, float] = {}
         self.local_factors: local_round.LocalFactors | None = None
         # Now in microseconds: the job's timeline's clock (SyncClient sets it), else monotonic.
@@ -142,6 +147,10 @@ class LayerRound:
             return self._diff
         assert self.staging is not None, "an SFB round has no gradient range"
         return self.staging.diff
+
+    def exchange_done(self) -> bool:
+        """Local stage, the leader: whether this round's exchange is back (or failed)."""
+        return local_round.exchange_done(self)
 
     @property
     def exact(self) -> bool:

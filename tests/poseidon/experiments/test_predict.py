@@ -350,3 +350,14 @@ def test_allreduce_with_several_workers_per_node_is_one_ring_over_all():
     sixteen = predict_cell(profile, "allreduce", 16, LINK)
     assert four_by_four.bytes_per_node == pytest.approx(sixteen.bytes_per_node)
     assert four_by_four.iteration_s == pytest.approx(sixteen.iteration_s)
+
+
+def test_allreduce_on_one_machine_of_several_workers_stays_inside_it():
+    from poseidon.experiments.predict import Layout
+
+    profile = make_profile([relu("data"), conv("c1", 1_000_000, 0.01, 0.05)])
+    free = predict_cell(profile, "allreduce", 1, LINK, layout=Layout(4, True))
+    assert free.iteration_s == pytest.approx(0.06) and free.bytes_per_node == 0
+    local_link = Link(8 * 10 * B, goodput=1.0, latency_s=0.0)
+    paid = predict_cell(profile, "allreduce", 1, LINK, layout=Layout(4, True, local_link))
+    assert paid.iteration_s == pytest.approx(0.06 + 2 * 3 / 4 * 4e6 / (10 * B))

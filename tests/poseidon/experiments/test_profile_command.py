@@ -69,8 +69,11 @@ def test_bad_derivations(tmp_path, capsys):
     bad.write_text("{\n oops\n")
     assert f"{bad}:2: not JSON" in refused(capsys, "--derive", "titanx-maxwell", "--from",
                                             str(bad), "-o", out)  # fmt: skip
+    err = refused(capsys, "--derive", "k80", "--from", str(CIFAR_CPU), "-o", out)
+    assert "unknown target 'k80'" in err
+    # A known target without a published time for the model.
     err = refused(capsys, "--derive", "a100", "--from", str(CIFAR_CPU), "-o", out)
-    assert "unknown target 'a100'" in err
+    assert "no published a100 time for model 'cifar10_quick'" in err
     # A profile at another batch than the published time's.
     small = load_profile(str(CIFAR_CPU))
     small.batch = 16
