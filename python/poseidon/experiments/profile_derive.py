@@ -95,6 +95,39 @@ class PublishedTime:
     rate_of: str = ""  # another model of this target whose FLOP rate this one borrows
 
 
+# The rows of docs/published_times.md §1b that today's GPUs take their times from, whole.
+V100_TF22 = (
+    "| V100-SXM3-32GB, TensorFlow 2.2, tf_cnn_benchmarks, synthetic data | Inception-V3 "
+    "/ ResNet-50 / VGG-16, batch 192 | FP32 273.17 / 432.16 / 249.19 img/s | "
+    "lambdal/lambda-tensorflow-benchmark "
+    'logs/Platinum-Tesla_V100-SXM3-32GB_HP16_TF2_2.logs (the "V100 32GB" row of '
+    "tf-train-throughput-fp32.csv) |"
+)
+A100_TF115 = (
+    "| A100-PCIE-40GB, TensorFlow 1.15.4, CUDA 11.1, tf_cnn_benchmarks, synthetic data | "
+    'Inception-V3 / ResNet-50 / VGG-16, batch 224 | "FP32" 627.35 / 953.43 / 503.61 '
+    "img/s (8 GPUs: 4817.20 / 7197.02 / 4073.72) | lambdal/lambda-tensorflow-benchmark "
+    'logs/7502-A100-PCIE-40GB.logs (the "A100 40GB PCIe" row of '
+    "tf-train-throughput-fp32.csv) |"
+)
+A100_PYTORCH = (
+    "| A100-SXM4-80GB, PyTorch NGC container, DeepLearningExamples ConvNets, synthetic "
+    'data | ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | "FP32" 1066 img/s; AMP 1582 '
+    "img/s | lambdal/deeplearning-benchmark "
+    "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv |"
+)
+H100_PYTORCH = (
+    "| H100-SXM5-80GB (Lambda Cloud), PyTorch NGC container, DeepLearningExamples "
+    'ConvNets, synthetic data | ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | "FP32" '
+    "1895 img/s; AMP 2791 img/s | lambdal/deeplearning-benchmark "
+    "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv |"
+)
+# The H100's Inception-V3 and VGG-16: the A100's run times the one H100/A100 ratio published
+# on one benchmark for both.
+H100_BY_RATIO = A100_TF115 + " + " + A100_PYTORCH + " + " + H100_PYTORCH
+NO_TIME = "no published time; the rate of "
+
+
 JCJOHNSON = "Maxwell GTX Titan X, cuDNN 5.1, Torch (jcjohnson/cnn-benchmarks)"
 PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
     # The paper's own Caffe on one Titan X: the most direct number there is (its unit is
@@ -167,7 +200,7 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         "(cuDNN 5.1, 62 ms; GoogLeNet's training FLOPs with its two auxiliary classifiers, "
         "from flops.py). A net this small uses a GPU less well: a lower bound.",
     ),
-    # ----- today's GPUs (§1b) -------------------------------------------------------------
+    # ----- today's GPUs (docs/published_times.md §1b) ----------------------------------
     # The V100: one TensorFlow 2.2 tf_cnn_benchmarks run of three zoo models at batch 192,
     # true FP32. VGG19-22K borrows VGG-16's FLOP rate (no VGG-19 time is published for any
     # of these GPUs).
@@ -175,11 +208,7 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         seconds=192 / 273.17,
         batch=192,
         profile_batch=32,
-        source="| V100-SXM3-32GB, TensorFlow 2.2, tf_cnn_benchmarks, synthetic data | "
-        "Inception-V3 / ResNet-50 / VGG-16, batch 192 | FP32 273.17 / 432.16 / "
-        "249.19 img/s | lambdal/lambda-tensorflow-benchmark "
-        'logs/Platinum-Tesla_V100-SXM3-32GB_HP16_TF2_2.logs (the "V100 32GB" row of '
-        "tf-train-throughput-fp32.csv) |",
+        source=V100_TF22,
         software="TensorFlow 2.2, tf_cnn_benchmarks, FP32, on a V100-SXM3-32GB",
         why="The one published V100 run with all three models in one benchmark (synthetic "
         "data, FP32: the V100 has no TF32); SXM3 clocks a little above the SXM2 target.",
@@ -188,11 +217,7 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         seconds=192 / 432.16,
         batch=192,
         profile_batch=32,
-        source="| V100-SXM3-32GB, TensorFlow 2.2, tf_cnn_benchmarks, synthetic data | "
-        "Inception-V3 / ResNet-50 / VGG-16, batch 192 | FP32 273.17 / 432.16 / "
-        "249.19 img/s | lambdal/lambda-tensorflow-benchmark "
-        'logs/Platinum-Tesla_V100-SXM3-32GB_HP16_TF2_2.logs (the "V100 32GB" row of '
-        "tf-train-throughput-fp32.csv) |",
+        source=V100_TF22,
         software="TensorFlow 2.2, tf_cnn_benchmarks, FP32, on a V100-SXM3-32GB",
         why="The same run as Inception-V3's (ResNet-50 there is v1, the zoo's).",
     ),
@@ -200,23 +225,14 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         seconds=192 / 249.19,
         batch=192,
         profile_batch=32,
-        source="| V100-SXM3-32GB, TensorFlow 2.2, tf_cnn_benchmarks, synthetic data | "
-        "Inception-V3 / ResNet-50 / VGG-16, batch 192 | FP32 273.17 / 432.16 / "
-        "249.19 img/s | lambdal/lambda-tensorflow-benchmark "
-        'logs/Platinum-Tesla_V100-SXM3-32GB_HP16_TF2_2.logs (the "V100 32GB" row of '
-        "tf-train-throughput-fp32.csv) |",
+        source=V100_TF22,
         software="TensorFlow 2.2, tf_cnn_benchmarks, FP32, on a V100-SXM3-32GB",
         why="The same run as Inception-V3's.",
     ),
     ("v100", "vgg19_22k"): PublishedTime(
         profile_batch=32,
         rate_of="vgg16",
-        source="no published time; the rate of | V100-SXM3-32GB, TensorFlow 2.2, "
-        "tf_cnn_benchmarks, synthetic data | Inception-V3 / ResNet-50 / VGG-16, "
-        "batch 192 | FP32 273.17 / 432.16 / 249.19 img/s | "
-        "lambdal/lambda-tensorflow-benchmark "
-        'logs/Platinum-Tesla_V100-SXM3-32GB_HP16_TF2_2.logs (the "V100 32GB" row of '
-        "tf-train-throughput-fp32.csv) |",
+        source=NO_TIME + V100_TF22,
         software="TensorFlow 2.2, tf_cnn_benchmarks, FP32, on a V100-SXM3-32GB",
         why="No VGG-19 time is published for the V100: VGG19-22K's FLOPs at VGG-16's "
         "effective FLOP rate in the same run (the same convolutions, plus two and a "
@@ -229,11 +245,7 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         seconds=224 / 627.35,
         batch=224,
         profile_batch=32,
-        source="| A100-PCIE-40GB, TensorFlow 1.15.4, CUDA 11.1, tf_cnn_benchmarks, "
-        'synthetic data | Inception-V3 / ResNet-50 / VGG-16, batch 224 | "FP32" '
-        "627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 / 7197.02 / 4073.72) | "
-        "lambdal/lambda-tensorflow-benchmark logs/7502-A100-PCIE-40GB.logs (the "
-        '"A100 40GB PCIe" row of tf-train-throughput-fp32.csv) |',
+        source=A100_TF115,
         software="TensorFlow 1.15.4 (TF32), tf_cnn_benchmarks, on an A100-PCIE-40GB",
         why="The one published A100 run with all three models in one benchmark in TF32 "
         "(synthetic data); the PCIe card has the SXM4's peak rates at a lower power limit.",
@@ -242,11 +254,7 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         seconds=224 / 953.43,
         batch=224,
         profile_batch=32,
-        source="| A100-PCIE-40GB, TensorFlow 1.15.4, CUDA 11.1, tf_cnn_benchmarks, "
-        'synthetic data | Inception-V3 / ResNet-50 / VGG-16, batch 224 | "FP32" '
-        "627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 / 7197.02 / 4073.72) | "
-        "lambdal/lambda-tensorflow-benchmark logs/7502-A100-PCIE-40GB.logs (the "
-        '"A100 40GB PCIe" row of tf-train-throughput-fp32.csv) |',
+        source=A100_TF115,
         software="TensorFlow 1.15.4 (TF32), tf_cnn_benchmarks, on an A100-PCIE-40GB",
         why="The same run as Inception-V3's.",
     ),
@@ -254,23 +262,14 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         seconds=224 / 503.61,
         batch=224,
         profile_batch=32,
-        source="| A100-PCIE-40GB, TensorFlow 1.15.4, CUDA 11.1, tf_cnn_benchmarks, "
-        'synthetic data | Inception-V3 / ResNet-50 / VGG-16, batch 224 | "FP32" '
-        "627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 / 7197.02 / 4073.72) | "
-        "lambdal/lambda-tensorflow-benchmark logs/7502-A100-PCIE-40GB.logs (the "
-        '"A100 40GB PCIe" row of tf-train-throughput-fp32.csv) |',
+        source=A100_TF115,
         software="TensorFlow 1.15.4 (TF32), tf_cnn_benchmarks, on an A100-PCIE-40GB",
         why="The same run as Inception-V3's.",
     ),
     ("a100", "vgg19_22k"): PublishedTime(
         profile_batch=32,
         rate_of="vgg16",
-        source="no published time; the rate of | A100-PCIE-40GB, TensorFlow 1.15.4, CUDA "
-        "11.1, tf_cnn_benchmarks, synthetic data | Inception-V3 / ResNet-50 / "
-        'VGG-16, batch 224 | "FP32" 627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 '
-        "/ 7197.02 / 4073.72) | lambdal/lambda-tensorflow-benchmark "
-        'logs/7502-A100-PCIE-40GB.logs (the "A100 40GB PCIe" row of '
-        "tf-train-throughput-fp32.csv) |",
+        source=NO_TIME + A100_TF115,
         software="TensorFlow 1.15.4 (TF32), tf_cnn_benchmarks, on an A100-PCIE-40GB",
         why="No VGG-19 time is published for the A100: VGG19-22K's FLOPs at VGG-16's "
         "effective FLOP rate in the same run.",
@@ -283,11 +282,7 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         seconds=640 / 1895,
         batch=640,
         profile_batch=32,
-        source="| H100-SXM5-80GB (Lambda Cloud), PyTorch NGC container, "
-        "DeepLearningExamples ConvNets, synthetic data | ResNet-50 v1.5, batch 640 "
-        '"FP32" / 1280 AMP | "FP32" 1895 img/s; AMP 2791 img/s | '
-        "lambdal/deeplearning-benchmark "
-        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv |",
+        source=H100_PYTORCH,
         software="PyTorch NGC, DeepLearningExamples ConvNets (TF32), on an H100-SXM5-80GB",
         why="The only published single-H100 training number of a zoo model (ResNet-50 v1.5, "
         "synthetic data, 'FP32' = TF32).",
@@ -297,19 +292,7 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         batch=224,
         profile_batch=32,
         scale=1066 / 1895,
-        source="| A100-PCIE-40GB, TensorFlow 1.15.4, CUDA 11.1, tf_cnn_benchmarks, "
-        'synthetic data | Inception-V3 / ResNet-50 / VGG-16, batch 224 | "FP32" '
-        "627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 / 7197.02 / 4073.72) | "
-        "lambdal/lambda-tensorflow-benchmark logs/7502-A100-PCIE-40GB.logs (the "
-        '"A100 40GB PCIe" row of tf-train-throughput-fp32.csv) | + | A100-SXM4-80GB, '
-        "PyTorch NGC container, DeepLearningExamples ConvNets, synthetic data | "
-        'ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | "FP32" 1066 img/s; AMP 1582 '
-        "img/s | lambdal/deeplearning-benchmark "
-        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv | + | "
-        "H100-SXM5-80GB (Lambda Cloud), PyTorch NGC container, DeepLearningExamples "
-        'ConvNets, synthetic data | ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | '
-        '"FP32" 1895 img/s; AMP 2791 img/s | lambdal/deeplearning-benchmark '
-        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv |",
+        source=H100_BY_RATIO,
         software="TensorFlow 1.15.4 (TF32) on an A100-PCIE-40GB, x the H100/A100 ratio of "
         "PyTorch ResNet-50 (TF32)",
         why="No H100 Inception-V3 time is published: the A100's, x 1066/1895, the A100/H100 "
@@ -321,19 +304,7 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
         batch=224,
         profile_batch=32,
         scale=1066 / 1895,
-        source="| A100-PCIE-40GB, TensorFlow 1.15.4, CUDA 11.1, tf_cnn_benchmarks, "
-        'synthetic data | Inception-V3 / ResNet-50 / VGG-16, batch 224 | "FP32" '
-        "627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 / 7197.02 / 4073.72) | "
-        "lambdal/lambda-tensorflow-benchmark logs/7502-A100-PCIE-40GB.logs (the "
-        '"A100 40GB PCIe" row of tf-train-throughput-fp32.csv) | + | A100-SXM4-80GB, '
-        "PyTorch NGC container, DeepLearningExamples ConvNets, synthetic data | "
-        'ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | "FP32" 1066 img/s; AMP 1582 '
-        "img/s | lambdal/deeplearning-benchmark "
-        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv | + | "
-        "H100-SXM5-80GB (Lambda Cloud), PyTorch NGC container, DeepLearningExamples "
-        'ConvNets, synthetic data | ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | '
-        '"FP32" 1895 img/s; AMP 2791 img/s | lambdal/deeplearning-benchmark '
-        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv |",
+        source=H100_BY_RATIO,
         software="TensorFlow 1.15.4 (TF32) on an A100-PCIE-40GB, x the H100/A100 ratio of "
         "PyTorch ResNet-50 (TF32)",
         why="No H100 VGG time is published: the A100's VGG-16, x 1066/1895 (as Inception-V3).",
@@ -341,20 +312,7 @@ PUBLISHED_TIMES: dict[tuple[str, str], PublishedTime] = {
     ("h100", "vgg19_22k"): PublishedTime(
         profile_batch=32,
         rate_of="vgg16",
-        source="no published time; the rate of | A100-PCIE-40GB, TensorFlow 1.15.4, CUDA "
-        "11.1, tf_cnn_benchmarks, synthetic data | Inception-V3 / ResNet-50 / "
-        'VGG-16, batch 224 | "FP32" 627.35 / 953.43 / 503.61 img/s (8 GPUs: 4817.20 '
-        "/ 7197.02 / 4073.72) | lambdal/lambda-tensorflow-benchmark "
-        'logs/7502-A100-PCIE-40GB.logs (the "A100 40GB PCIe" row of '
-        "tf-train-throughput-fp32.csv) | + | A100-SXM4-80GB, PyTorch NGC container, "
-        "DeepLearningExamples ConvNets, synthetic data | ResNet-50 v1.5, batch 640 "
-        '"FP32" / 1280 AMP | "FP32" 1066 img/s; AMP 1582 img/s | '
-        "lambdal/deeplearning-benchmark "
-        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv | + | "
-        "H100-SXM5-80GB (Lambda Cloud), PyTorch NGC container, DeepLearningExamples "
-        'ConvNets, synthetic data | ResNet-50 v1.5, batch 640 "FP32" / 1280 AMP | '
-        '"FP32" 1895 img/s; AMP 2791 img/s | lambdal/deeplearning-benchmark '
-        "pytorch/csv_v1_v2/pytorch-train-throughput-fp32.csv and -fp16.csv |",
+        source=NO_TIME + H100_BY_RATIO,
         software="TensorFlow 1.15.4 (TF32) on an A100-PCIE-40GB, x the H100/A100 ratio of "
         "PyTorch ResNet-50 (TF32)",
         why="No VGG-19 time is published for the H100: VGG19-22K's FLOPs at the derived H100 "

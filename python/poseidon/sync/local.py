@@ -152,24 +152,18 @@ class LocalGroup:
 
     def next_exchanged(self, what: str) -> Any:
         """The leader: the lowest layer whose exchange is back, taken off the list; waits
-        (polling, never past the timeout or the job's end) until there is one."""
-        deadline = time.monotonic() + self.timeout_s
-        pause = _POLL_FIRST_S
-        while True:
+        (never past the timeout or the job's end) until there is one."""
+
+        def take() -> Any:
             with self._lock:
                 done = [r for r in self._exchanged if r.exchange_done()]
-                if done:
-                    chosen = min(done, key=lambda r: r.index)
-                    self._exchanged.remove(chosen)
-                    return chosen
-            reason = self.failure()
-            if reason:
-                raise poseidon.PeerFailure(f"{what} on {self.name}: job aborted: {reason}")
-            if time.monotonic() > deadline:
-                raise LocalStageError(f"{what} on {self.name}: no exchange came back within "
-                                      f"{self.timeout_s:.0f} s")  # fmt: skip
-            time.sleep(pause)
-            pause = min(2 * pause, _POLL_MAX_S)
+                if not done:
+                    return None
+                chosen = min(done, key=lambda r: r.index)
+                self._exchanged.remove(chosen)
+                return chosen
+
+        return self.poll(take, f"{what}: no exchange came back")
 
     def announce(self, layer_round: Any | None, what: str) -> Any:
         """The leader passes the round it spreads next, the others None: every worker gets
@@ -188,26 +182,40 @@ class LocalGroup:
             if r.spread_done is not None and not r.spread_done.done():
                 r.spread_done.set_exception(error)
 
-    def wait(self, work: Any, what: str) -> None:
-        """Until `work` is done. Raises the comm core's failure if the job ends meanwhile,
-        LocalStageError naming the machine and `what` if the collective fails or outlasts the
-        timeout."""
+    def poll(self, ready: Callable[[], Any], what: str) -> Any:
+        """`ready()`'s first true value, looked for with short sleeps that grow to
+        _POLL_MAX_S. Raises the comm core's failure if the job ends meanwhile, and
+        LocalStageError naming the machine and `what` past the timeout: no local wait ever
+        outlives the job."""
         deadline = time.monotonic() + self.timeout_s
         pause = _POLL_FIRST_S
         while True:
-            try:
-                if work.is_completed():
-                    work.wait()  # raises the collective's own error, if any
-                    return
-            except RuntimeError as e:
-                self._raise(what, f"failed: {e}")
+            value = ready()
+            if value:
+                return value
             reason = self.failure()
             if reason:
                 raise poseidon.PeerFailure(f"{what} on {self.name}: job aborted: {reason}")
             if time.monotonic() > deadline:
-                self._raise(what, f"not done after {self.timeout_s:.0f} s")
+                raise LocalStageError(f"{what} on {self.name}: not done after "
+                                      f"{self.timeout_s:.0f} s")  # fmt: skip
             time.sleep(pause)
             pause = min(2 * pause, _POLL_MAX_S)
+
+    def wait(self, work: Any, what: str) -> None:
+        """Until the collective `work` is done (poll); LocalStageError naming the machine
+        and `what` if it fails."""
+
+        def completed() -> bool:
+            try:
+                if work.is_completed():
+                    work.wait()  # raises the collective's own error, if any
+                    return True
+            except RuntimeError as e:
+                self._raise(what, f"failed: {e}")
+            return False
+
+        self.poll(completed, what)
 
     def _raise(self, what: str, how: str) -> None:
         """A local collective failed: the comm core usually knows why (a worker of this

@@ -24,22 +24,18 @@ lane shows the reduce (or gather) and the spread of each round.
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-import poseidon
 from poseidon.sync.factors import stack_factors
-from poseidon.sync.local import LocalGroup, LocalStageError
+from poseidon.sync.local import LocalGroup
 
 if TYPE_CHECKING:
     from poseidon.sync.round import LayerRound
     from poseidon.timeline import Timeline
-
-_POLL_S = 2e-3  # finish: between looks at the comm core's failure while a spread is due
 
 
 class LocalFactors:
@@ -228,16 +224,8 @@ def finish(layer_round: LayerRound, num_workers: int, timeline: Timeline | None)
     assert local is not None and layer_round.handle is not None
     waited_us = layer_round.clock()
     what = f"the local spread of layer {layer_round.name} iteration {layer_round.iteration}"
-    deadline = time.monotonic() + local.timeout_s
     future = layer_round.handle
-    while not future.done():  # never past the job's end, nor the timeout
-        reason = local.failure()
-        if reason:
-            raise poseidon.PeerFailure(f"{what} on {local.name}: job aborted: {reason}")
-        if time.monotonic() > deadline:
-            raise LocalStageError(f"{what} on {local.name}: not done after "
-                                  f"{local.timeout_s:.0f} s")  # fmt: skip
-        time.sleep(_POLL_S)
+    local.poll(future.done, what)  # never past the job's end, nor the timeout
     future.result()  # raises the spread's error
     done_us = layer_round.clock()
     if timeline is not None:

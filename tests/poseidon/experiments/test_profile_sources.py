@@ -37,10 +37,19 @@ def quoted_rows(source: str) -> list[str]:
     return source.removeprefix(NO_TIME).split(" + ")
 
 
+def string_of(node: ast.expr, constants: dict[str, str]) -> str:
+    """A source expression: string literals, module-level string constants and `+`."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return string_of(node.left, constants) + string_of(node.right, constants)
+    if isinstance(node, ast.Name):
+        return constants[node.id]
+    return ast.literal_eval(node)
+
+
 def profile_derive_constants() -> tuple[str, dict[str, str]]:
     """EXPERIMENTS_MD and each PUBLISHED_TIMES entry's `source`, from profile_derive.py."""
     tree = ast.parse(PROFILE_DERIVE.read_text(encoding="utf-8"))
-    citation, sources = None, {}
+    citation, sources, constants = None, {}, {}
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
         name = getattr(target, "id", None)
@@ -49,7 +58,14 @@ def profile_derive_constants() -> tuple[str, dict[str, str]]:
         elif name == "PUBLISHED_TIMES":
             for key, call in zip(node.value.keys, node.value.values, strict=True):
                 source = next(k.value for k in call.keywords if k.arg == "source")
-                sources["/".join(ast.literal_eval(key))] = ast.literal_eval(source)
+                sources["/".join(ast.literal_eval(key))] = string_of(source, constants)
+        elif name is not None and isinstance(node, ast.Assign):
+            try:
+                value = string_of(node.value, constants)
+            except (ValueError, KeyError, TypeError):
+                continue  # not a string constant
+            if isinstance(value, str):
+                constants[name] = value
     assert citation is not None and sources, "profile_derive.py changed shape"
     return citation, sources
 
