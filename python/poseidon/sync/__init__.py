@@ -7,6 +7,9 @@ caffe/parallel/, poseidon.torch): it knows nothing of a Caffe Net or a torch.nn.
     client.py     this worker's side of a job: the agreed plan, one round per layer, CUDA
                   side stream and submit thread, timeline (SyncClient)
     round.py      one layer's round: PS push-pull or SFB all-gather, WFBP-ready (LayerRound)
+    local.py      several workers per machine: the machine's local group (LocalGroup)
+    local_round.py  a round through the local stage: sum inside the machine, the leader's
+                  exchange, the result spread back
     staging.py    where a gradient meets the comm core: host memory (Note [GPU path])
     factors.py    sufficient factors: collection (FactorLog), wire layout, unpacking
     broadcast.py  rank 0's weights and buffers to every worker, bit for bit
