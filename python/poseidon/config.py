@@ -633,10 +633,6 @@ class Config:
         machines = self.num_workers // self.workers_per_host
         return min(machines, self.num_servers) if self.colocate else 0
 
-    def worker_hosting_shard(self, shard: int) -> int:
-        """The worker whose process runs colocated shard `shard` (< colocated_shards)."""
-        return shard * self.workers_per_host
-
     def colocated_shard(self) -> int | None:
         """The shard this worker's process runs, if any."""
         g = self.workers_per_host

@@ -13,27 +13,29 @@ import re
 
 from poseidon._C import CommError
 
-_SERVER = re.compile(r"server (\d+)\b")
-_WORKER = re.compile(r"worker (\d+)\b")
+_NODE = re.compile(r"(server|worker) (\d+)\b")
+
+
+def process_note(role: str, rank: int, colocated_shards: int, workers_per_host: int = 1) -> str:
+    """What a lost node's name alone does not say: the worker whose process ran shard `rank`
+    (one of the first `colocated_shards`: shard s inside worker s·G, G = `workers_per_host`),
+    or, with several workers per machine, which machine worker `rank` was on. "" if nothing."""
+    g = workers_per_host
+    if role == "server" and rank < colocated_shards:
+        leader = f", machine {rank}'s leader" if g > 1 else ""
+        return f" [shard {rank} ran inside worker {rank * g}'s process{leader}]"
+    if role == "worker" and g > 1:
+        return f" [worker {rank} was machine {rank // g}'s worker {rank % g} of {g}]"
+    return ""
 
 
 def explain(error: CommError, colocated_shards: int, workers_per_host: int = 1) -> str:
-    """`error`'s message, plus which worker a lost shard among the first `colocated_shards`
-    lived with (shard s inside worker s·G's process, G = `workers_per_host`), and with
-    several workers per machine, which machine a lost worker was on."""
-    message = str(error)
-    peer = str(getattr(error, "peer", ""))
-    match = _SERVER.match(peer)
-    if match and int(match.group(1)) < colocated_shards:
-        shard = int(match.group(1))
-        message += f" [shard {shard} ran inside worker {shard * workers_per_host}'s process"
-        message += f", machine {shard}'s leader]" if workers_per_host > 1 else "]"
-    match = _WORKER.match(peer)
-    if match and workers_per_host > 1:
-        rank = int(match.group(1))
-        message += (f" [worker {rank} was machine {rank // workers_per_host}'s worker "
-                    f"{rank % workers_per_host} of {workers_per_host}]")  # fmt: skip
-    return message
+    """`error`'s message, plus process_note of the node it lost."""
+    match = _NODE.match(str(getattr(error, "peer", "")))
+    if not match:
+        return str(error)
+    note = process_note(match.group(1), int(match.group(2)), colocated_shards, workers_per_host)
+    return str(error) + note
 
 
 def naming_the_process(error: CommError, colocated_shards: int,

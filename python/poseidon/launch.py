@@ -36,6 +36,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from poseidon.config import Config
+from poseidon.failures import process_note
 from poseidon.job_process import Child, resolve_command, spawn
 
 STARTUP_TIMEOUT_S = 60.0
@@ -138,7 +140,9 @@ class Launcher:
 
     def _colocated_shards(self) -> int:
         """Shards that run inside a worker's process: one per machine, in its leader."""
-        return min(self.spec.num_workers // self.spec.workers_per_host, self.spec.num_servers)
+        return Config(num_workers=self.spec.num_workers, num_servers=self.spec.num_servers,
+                      workers_per_host=self.spec.workers_per_host,
+                      colocate=self.spec.colocate).colocated_shards  # fmt: skip
 
     def _server_hosts(self) -> list[str | None]:
         if not self.spec.hosts:
@@ -209,16 +213,11 @@ class Launcher:
         if origin:
             role, rank = origin.group(1), int(origin.group(2))
             self._abort_origin = f"{role} {rank}"
-            if role == "server" and self.spec.colocate and rank < self._colocated_shards():
+            colocated, g = self._colocated_shards(), self.spec.workers_per_host
+            self._verdict += process_note(role, rank, colocated, g)
+            if role == "server" and rank < colocated:
                 # Its process is a worker's: that is the process that died or froze.
-                g = self.spec.workers_per_host
-                host = rank * g
-                leader = f", machine {rank}'s leader" if g > 1 else ""
-                self._verdict += f" [shard {rank} ran inside worker {host}'s process{leader}]"
-                self._abort_origin = f"worker {host}"
-            g = self.spec.workers_per_host
-            if role == "worker" and g > 1:
-                self._verdict += f" [worker {rank} was machine {rank // g}'s worker {rank % g}]"
+                self._abort_origin = f"worker {rank * g}"
 
     def _start_pump(self, child: Child, first_line: list[str] | None = None) -> None:
         child.pump = threading.Thread(target=self._pump, args=(child, first_line), daemon=True)
@@ -273,7 +272,7 @@ class Launcher:
         address = self._await_address(coordinator, first)
         env["POSEIDON_COORDINATOR"] = address
         for rank, host in enumerate(self._server_hosts()):
-            if self.spec.colocate and rank < self._colocated_shards():
+            if rank < self._colocated_shards():
                 continue  # runs inside worker rank·G, machine `rank`'s leader
             server = self._spawn(f"server {rank}", self._poseidon("server"),
                                  {**env, "POSEIDON_ROLE": "server", "POSEIDON_RANK": str(rank)},

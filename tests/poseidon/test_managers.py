@@ -91,34 +91,29 @@ def mpirun(count: int, command: list[str], cwd: Path, **env: str) -> str:
 
 
 @needs_mpirun
-def test_caffe_train_under_mpirun_equals_one_process_on_the_global_batch(tmp_path):
+@pytest.mark.parametrize(
+    "workers, extra_env, printed",
+    [
+        (3, {}, "HybComm plan"),
+        # POSEIDON_WORKERS_PER_HOST=auto: Open MPI's local size, 4 workers on this one machine,
+        # whose sum goes through its leader alone (docs/communication.md §5).
+        (4, {"POSEIDON_WORKERS_PER_HOST": "auto"}, "P1=4 workers on 1 machine of 4"),
+    ],
+)  # fmt: skip
+def test_caffe_train_under_mpirun_equals_one_process_on_the_global_batch(
+    tmp_path, workers, extra_env, printed
+):
     from tests.caffe.parallel.job import BATCH, reference_weights, write_solver
 
-    workers, iters = 3, 20
+    iters = 12
     prefix = tmp_path / "mpi"
     snapshots = f'display: 0\nsnapshot: 0\nsnapshot_prefix: "{prefix}"'
     solver = write_solver(str(tmp_path), BATCH, iters, name="mpi", snapshots=snapshots)
     caffe = [sys.executable, "-m", "caffe.tools.cli", "train", "--solver", solver]
-    mpirun(workers, caffe, tmp_path, POSEIDON_ROLE="worker")
+    output = mpirun(workers, caffe, tmp_path, POSEIDON_ROLE="worker", GLOG_minloglevel="0",
+                    **extra_env)  # fmt: skip
+    assert printed in output, output[-3000:]
     trained = caffe_weights(f"{prefix}_iter_{iters}.caffemodel")  # rank 0 snapshots
-    assert_global_batch(trained, reference_weights(str(tmp_path), workers, iters))
-
-
-@needs_mpirun
-def test_local_aggregation_under_mpirun_takes_the_machines_count(tmp_path):
-    # POSEIDON_WORKERS_PER_HOST=auto: Open MPI's local size, 4 workers on this one machine,
-    # whose sum goes through its leader alone (docs/communication.md §5).
-    from tests.caffe.parallel.job import BATCH, reference_weights, write_solver
-
-    workers, iters = 4, 12
-    prefix = tmp_path / "local"
-    snapshots = f'display: 0\nsnapshot: 0\nsnapshot_prefix: "{prefix}"'
-    solver = write_solver(str(tmp_path), BATCH, iters, name="local", snapshots=snapshots)
-    caffe = [sys.executable, "-m", "caffe.tools.cli", "train", "--solver", solver]
-    output = mpirun(workers, caffe, tmp_path, POSEIDON_ROLE="worker",
-                    POSEIDON_WORKERS_PER_HOST="auto", GLOG_minloglevel="0")  # fmt: skip
-    assert "P1=4 workers on 1 machine of 4" in output, output[-3000:]
-    trained = caffe_weights(f"{prefix}_iter_{iters}.caffemodel")
     assert_global_batch(trained, reference_weights(str(tmp_path), workers, iters))
 
 

@@ -236,10 +236,11 @@ def predict_cell(
     layers = profile.layers
     planned = {}
     g = layout.per_node
-    aggregate = g > 1 and layout.aggregate
+    flat = g > 1 and not layout.aggregate
+    # A pusher's link: the node's, or a flat worker's 1/G share of it.
+    pusher_link = _shared(link, g) if flat else link
     if mode != "allreduce":
-        chosen = _planned_layers(profile, mode, nodes, chunk_bytes, layer_schemes,
-                                 link if g == 1 or aggregate else _shared(link, g),
+        chosen = _planned_layers(profile, mode, nodes, chunk_bytes, layer_schemes, pusher_link,
                                  compression, layout)  # fmt: skip
         planned = {s.index: s for s in chosen}
     # Backward: layer L-1 down to 0; a layer's sync may start when its backward ends.
@@ -271,11 +272,11 @@ def predict_cell(
             + s.local_s / 2
             for i, s in planned.items()
         }
-        if aggregate or g == 1:
+        if not flat:
             done, sent = _communicate(planned, submit, nodes, link, chunk_bytes, threads)
             done = {i: t + planned[i].local_s / 2 for i, t in done.items()}
         else:  # every worker a node of its own, G of them behind one link
-            done, sent = _communicate(planned, submit, nodes * g, _shared(link, g), chunk_bytes,
+            done, sent = _communicate(planned, submit, nodes * g, pusher_link, chunk_bytes,
                                       threads, colocated=g)  # fmt: skip
             sent *= g  # the node's G workers' bytes
         waits_per_layer = mode != "ps-nooverlap"

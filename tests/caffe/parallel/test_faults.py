@@ -54,25 +54,35 @@ def alive(pid: int) -> bool:
     return True
 
 
-def test_killed_worker_stops_the_job_and_the_snapshot_resumes(tmp_path):
-    prefix = str(tmp_path / "snap")
-    solver = write_solver(str(tmp_path), 4, 100000, snapshots=SNAPSHOTS.format(prefix=prefix))
-    launcher, lines = start([*LAUNCH, "-n", "2", "-s", "2", "--", *CAFFE, "train", "--solver",
-                             solver], str(tmp_path))  # fmt: skip
+def kill_mid_run(tmp_path, launch_args: list[str], workers: int, victim: int,
+                 snapshot_at: int) -> tuple[list[str], list[int]]:  # fmt: skip
+    """`poseidon launch LAUNCH_ARGS -- caffe train` of a solver snapshotting every 5
+    iterations into tmp_path/snap; once iteration `snapshot_at` is saved, kill -9 worker
+    `victim`. Checks that the job stopped, failing, within 10 s; returns every line it printed
+    and the workers' pids."""
+    solver = write_solver(str(tmp_path), 4, 100000,
+                          snapshots=SNAPSHOTS.format(prefix=str(tmp_path / "snap")))  # fmt: skip
+    launcher, lines = start([*LAUNCH, *launch_args, "--", *CAFFE, "train", "--solver", solver],
+                            str(tmp_path))  # fmt: skip
     seen: list[str] = []
     pids = [int(wait_for(lines, rf"started worker {r} \(pid (\d+)\)", seen).group(1))
-            for r in (0, 1)]  # fmt: skip
-    wait_for(lines, r"Snapshotting solver state .*_iter_15\.solverstate", seen)
-    os.kill(pids[1], signal.SIGKILL)
+            for r in range(workers)]  # fmt: skip
+    wait_for(lines, rf"Snapshotting solver state .*_iter_{snapshot_at}\.solverstate", seen)
+    os.kill(pids[victim], signal.SIGKILL)
     killed_at = time.monotonic()
     launcher.wait(timeout=30)
     elapsed = time.monotonic() - killed_at
     time.sleep(0.5)
     while not lines.empty():
         seen.append(lines.get())
-    output = "".join(seen)
     assert elapsed < 10, f"job took {elapsed:.1f}s to stop"
     assert launcher.returncode != 0
+    return seen, pids
+
+
+def test_killed_worker_stops_the_job_and_the_snapshot_resumes(tmp_path):
+    seen, pids = kill_mid_run(tmp_path, ["-n", "2", "-s", "2"], 2, victim=1, snapshot_at=15)
+    output = "".join(seen)
     fatal = [line for line in seen if line.startswith("[worker 0] F")]
     assert fatal, output[-3000:]
     # Worker 1's process also ran shard 1: either may be the first peer found gone.

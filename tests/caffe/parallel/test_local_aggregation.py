@@ -8,16 +8,13 @@ machine.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import time
 
 import pytest
 
-from tests.caffe.parallel.job import reference_weights, run_job, write_solver
+from tests.caffe.parallel.job import reference_weights, run_job
 from tests.caffe.parallel.test_equivalence import ITERS, MODES, assert_matches
-from tests.caffe.parallel.test_faults import CAFFE, LAUNCH, SNAPSHOTS, alive, start, wait_for
+from tests.caffe.parallel.test_faults import alive, kill_mid_run
 
 TWO_BY_TWO = ["--workers-per-host", "2"]
 
@@ -70,24 +67,9 @@ def test_a_killed_worker_is_named_with_its_machine(tmp_path, victim):
     """Worker 3 (machine 1's second) or worker 2 (its leader, which also runs shard 1) killed
     mid-run: every process ends within 10 s, and the job's verdict names the worker and its
     machine."""
-    solver = write_solver(str(tmp_path), 4, 100000, snapshots=SNAPSHOTS.format(
-        prefix=str(tmp_path / "snap")))  # fmt: skip
-    launcher, lines = start([*LAUNCH, "-n", "4", "-s", "2", *TWO_BY_TWO, "--", *CAFFE, "train",
-                             "--solver", solver], str(tmp_path))  # fmt: skip
-    seen: list[str] = []
-    pids = [int(wait_for(lines, rf"started worker {r} \(pid (\d+)\)", seen).group(1))
-            for r in range(4)]  # fmt: skip
-    wait_for(lines, r"Snapshotting solver state .*_iter_10\.solverstate", seen)
-    os.kill(pids[victim], signal.SIGKILL)
-    killed_at = time.monotonic()
-    launcher.wait(timeout=30)
-    elapsed = time.monotonic() - killed_at
-    time.sleep(0.5)
-    while not lines.empty():
-        seen.append(lines.get())
+    seen, pids = kill_mid_run(tmp_path, ["-n", "4", "-s", "2", *TWO_BY_TWO], 4, victim,
+                              snapshot_at=10)  # fmt: skip
     output = "".join(seen)
-    assert elapsed < 10, f"job took {elapsed:.1f}s to stop"
-    assert launcher.returncode != 0
     verdict = [line for line in seen if "job failed" in line or "aborting the job" in line]
     named = rf"worker {victim}\b.*machine 1"
     assert any(re.search(named, line) for line in verdict), output[-4000:]

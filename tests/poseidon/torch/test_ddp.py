@@ -60,17 +60,22 @@ def job_root(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_workers_end_with_the_parameters_of_one_process(job_root, workers, case):
     reference, results, _ = job(workers, job_root)
-    ranks = results[case]
+    assert_like_one_process(case, reference[case], results[case], f"{workers} workers")
+
+
+def assert_like_one_process(case: str, expected: Params, ranks: list[Params], label: str) -> None:
+    """Rank 0 ends with the one-process parameters `expected` of `case` (within the case's
+    tolerance), and every rank with rank 0's, bit for bit (but batch statistics)."""
     tolerance = LOW_PRECISION_TOLERANCE.get(case, TOLERANCE)
-    for name, expected in reference[case].items():
-        np.testing.assert_allclose(ranks[0][name], expected, rtol=0, atol=tolerance,
-                                   err_msg=f"{case}, {workers} workers: {name}")  # fmt: skip
+    for name, value in expected.items():
+        np.testing.assert_allclose(ranks[0][name], value, rtol=0, atol=tolerance,
+                                   err_msg=f"{case}, {label}: {name}")  # fmt: skip
     buffers = {name for name, _ in CASES[case].build().named_buffers()}
     for rank, params in enumerate(ranks[1:], start=1):
         for name, value in params.items():
             if name in buffers and CASES[case].batch_stats:
                 continue  # each worker's last forward updated them with its own batch
-            where = f"{case}: rank {rank} differs in {name}"
+            where = f"{case}, {label}: rank {rank} differs in {name}"
             np.testing.assert_array_equal(value, ranks[0][name], err_msg=where)
 
 

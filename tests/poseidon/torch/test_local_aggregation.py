@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from tests.poseidon.torch.jobs import run_reference, run_torchrun_job
 from tests.poseidon.torch.models import CASES
-from tests.poseidon.torch.test_ddp import LOW_PRECISION_TOLERANCE, STEPS, TOLERANCE
+from tests.poseidon.torch.test_ddp import STEPS, assert_like_one_process
 
 
 def test_two_machines_of_two_end_as_one_process(tmp_path: Path) -> None:
@@ -19,15 +17,4 @@ def test_two_machines_of_two_end_as_one_process(tmp_path: Path) -> None:
     results, _ = run_torchrun_job(tmp_path / "job", cases, 4, STEPS,
                                   POSEIDON_WORKERS_PER_HOST="2")  # fmt: skip
     for case in cases:
-        ranks = results[case]
-        tolerance = LOW_PRECISION_TOLERANCE.get(case, TOLERANCE)
-        for name, expected in reference[case].items():
-            np.testing.assert_allclose(ranks[0][name], expected, rtol=0, atol=tolerance,
-                                       err_msg=f"{case}: {name}")  # fmt: skip
-        buffers = {name for name, _ in CASES[case].build().named_buffers()}
-        for rank, params in enumerate(ranks[1:], start=1):
-            for name, value in params.items():
-                if name in buffers and CASES[case].batch_stats:
-                    continue  # each worker's last forward updated them with its own batch
-                np.testing.assert_array_equal(value, ranks[0][name],
-                                              err_msg=f"{case}: rank {rank}, {name}")  # fmt: skip
+        assert_like_one_process(case, reference[case], results[case], "2 machines x 2")
