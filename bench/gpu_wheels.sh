@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
 version() { .venv/bin/python -c "import importlib.metadata as m; print(m.version('$1'))"; }
 rm -rf .whl && mkdir .whl
-for package in lmdb simplejpeg grpcio-tools grpcio protobuf; do
+for package in lmdb simplejpeg grpcio-tools grpcio protobuf pybind11; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

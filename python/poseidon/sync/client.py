@@ -54,11 +54,17 @@ class SyncClient:
         # Several workers per machine: this machine's local stage (local.py).
         self.local: LocalGroup | None = None
         config = session.config
-        if config.workers_per_host > 1:
-            self.local = LocalGroup(self.rank, self.num_workers, config.workers_per_host,
-                                    f"{config.token}/{config.coordinator}", device,
-                                    self.worker.failure, config.timeout_ms / 1e3)  # fmt: skip
         self._closed = False
+        if config.workers_per_host > 1:
+            try:
+                self.local = LocalGroup(self.rank, self.num_workers, config.workers_per_host,
+                                        f"{config.token}/{config.coordinator}", device,
+                                        self.worker.failure, config.timeout_ms / 1e3)  # fmt: skip
+            except BaseException as e:
+                # The job ends with this reason (not "worker r is gone"), and this process's
+                # comm core and shard stop before it exits.
+                session.close(e)
+                raise
 
     @property
     def is_leader(self) -> bool:

@@ -11,7 +11,8 @@ So the machine's network link carries one worker's traffic, not G workers'.
 The local collectives are torch.distributed's, on process groups of this machine alone
 (no default group is created or touched, so a poseidon.torch user's own stays theirs):
 NCCL between GPUs (NVLink or PCIe, as BytePS inside a machine and BVLC Caffe's multi-GPU
-path), gloo over loopback between CPU processes. They meet through a FileStore in the
+path), gloo over loopback between CPU processes and between workers that share one GPU
+(NCCL refuses two ranks on a device; `_backend`). They meet through a FileStore in the
 machine's temporary directory, named by a digest of the job's token and the machine, so
 only this job's workers of this machine find it; it is removed when the last of them
 closes it.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import logging
 import os
 import tempfile
 import threading
@@ -50,6 +52,8 @@ import torch.distributed as dist
 
 import poseidon
 
+_log = logging.getLogger("poseidon.local")
+
 # Polling a collective: short sleeps first (a layer's local sum takes microseconds to
 # milliseconds), then at most this long between looks at the comm core's failure.
 _POLL_FIRST_S = 20e-6
@@ -58,6 +62,16 @@ _POLL_MAX_S = 2e-3
 
 class LocalStageError(poseidon.CommError):
     """A collective among one machine's workers failed; the message names the machine."""
+
+
+def device_identity(device: torch.device) -> str:
+    """What tells two processes' CUDA devices apart: the GPU's UUID where torch reports
+    it (device indices depend on each process's CUDA_VISIBLE_DEVICES)."""
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    if uuid:
+        return f"GPU-{uuid}"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return f"cuda:{device.index or 0} of CUDA_VISIBLE_DEVICES={visible!r}"
 
 
 class LocalGroup:
@@ -78,15 +92,13 @@ class LocalGroup:
         self.failure = failure
         self.timeout_s = timeout_s
         self.name = f"machine {self.machine} (workers {self.leader}..{self.leader + g - 1})"
-        if device.type == "cuda" and not dist.is_nccl_available():
-            raise LocalStageError(f"{self.name}: local aggregation on CUDA needs NCCL, "
-                                  "which this torch build lacks")  # fmt: skip
-        self.backend = "nccl" if device.type == "cuda" else "gloo"
         digest = hashlib.sha256(f"{job_key}/machine {self.machine}".encode()).hexdigest()[:24]
         self.store_path = os.path.join(tempfile.gettempdir(), f"poseidon-local-{digest}")
         timeout = datetime.timedelta(seconds=timeout_s)
         store = dist.FileStore(self.store_path, g)
+        store.set_timeout(timeout)
         try:
+            self.backend = self._backend(store, device)
             self.reduce_group = self._group(dist.PrefixStore("reduce/", store), timeout, device)
             self.spread_group = self._group(dist.PrefixStore("spread/", store), timeout, device)
         except RuntimeError as e:
@@ -103,12 +115,32 @@ class LocalGroup:
         self._announce = torch.zeros(1, dtype=torch.int64, device=device
                                      if self.backend == "nccl" else "cpu")  # fmt: skip
 
+    def _backend(self, store: Any, device: torch.device) -> str:
+        """NCCL between the machine's GPUs; gloo between CPU processes, and between workers
+        that share a GPU: NCCL refuses two ranks on one device ("invalid usage", seen on an
+        H200 with NCCL 2.28), while gloo's reduce, gather and broadcast take CUDA tensors
+        through host memory (bench/shared_gpu_probe.py; docs/benchmarks.md)."""
+        if device.type != "cuda":
+            return "gloo"
+        store.set(f"device/{self.local_rank}", device_identity(device))
+        devices = [store.get(f"device/{r}").decode() for r in range(self.size)]
+        if len(set(devices)) < self.size:
+            _log.warning("%s: its workers share a GPU (%s), so the local stage goes "
+                         "through gloo and host memory, not NCCL", self.name,
+                         ", ".join(devices))  # fmt: skip
+            return "gloo"
+        if not dist.is_nccl_available():
+            raise LocalStageError(f"{self.name}: local aggregation between GPUs needs NCCL, "
+                                  "which this torch build lacks")  # fmt: skip
+        return "nccl"
+
     def _group(self, store: Any, timeout: datetime.timedelta, device: torch.device) -> Any:
         if self.backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = timeout
             group = dist.ProcessGroupNCCL(store, self.local_rank, self.size, options)
-            group._set_default_device(device)  # type: ignore[attr-defined]
+            if hasattr(group, "_set_default_device"):  # not in torch 2.11 (seen on an H200)
+                group._set_default_device(device)
             return group
         options = dist.ProcessGroupGloo._Options()
         # Loopback: the machine's workers share it (also inside a network namespace).

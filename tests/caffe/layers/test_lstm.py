@@ -216,9 +216,12 @@ def test_bad_configurations_are_errors_naming_the_layer(text, bottoms, tops, err
         make_layer(text, [np.zeros(s, np.float32) for s in bottoms], tops)
 
 
-@needs_cuda
-def test_cuda_matches_cpu():
+@pytest.mark.parametrize("device", [
+    "cpu",  # the harness alone: each side runs forward once (a carried state would differ)
+    pytest.param("cuda", marks=needs_cuda),
+])  # fmt: skip
+def test_cuda_matches_cpu(device):
     x, x_static = inputs(3, 2, seed=8, static=True)
     cont = np.array([[0, 1], [1, 1], [1, 0]], np.float32)
     assert_cuda_matches_cpu(recurrent_text("LSTM", H), [x, cont, x_static], 1,
-                            propagate=[True, False, True])  # fmt: skip
+                            propagate=[True, False, True], device=device)  # fmt: skip

@@ -92,3 +92,26 @@ def test_the_timeline_shows_the_local_stage(tmp_path):
         assert "conv1 (local sum)" in local and "ip2 (local spread)" in local, (rank, local)
         sending = any(e["cat"] == "sending" for e in events)
         assert sending == (rank % 2 == 0), rank
+
+
+def test_a_local_stage_that_cannot_form_ends_the_job_with_its_reason(tmp_path):
+    """Building a machine's local group fails in every worker (injected, as torch 2.11's
+    NCCL group did on an H200): the job's verdict is that error, not "worker r is gone",
+    and no process dies in its C++ teardown ("terminate called")."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('POSEIDON_ROLE') == 'worker':\n"
+        "    import poseidon.sync.local as local\n"
+        "    def refuse(*args, **kwargs):\n"
+        "        raise AttributeError('injected: the group has no such method')\n"
+        "    local.LocalGroup._group = refuse\n"
+    )
+    with pytest.raises(AssertionError) as failed:
+        run_job(str(tmp_path), 4, 2, "wfbp", "auto", 2, env={"PYTHONPATH": str(inject)},
+                extra_args=TWO_BY_TWO)  # fmt: skip
+    output = str(failed.value)
+    verdict = [line for line in output.splitlines() if "[launch] job failed" in line]
+    assert verdict and "injected: the group has no such method" in verdict[0], output
+    assert "terminate called" not in output and "Fatal Python error" not in output, output

@@ -19,8 +19,15 @@ def main() -> int:
     from caffe.parallel import attach_from_environment, prepare_worker
     from caffe.solvers import get_solver
 
-    prepare_worker()
-    solver = get_solver(solver_path)
+    local_rank = prepare_worker()
+    solver_param = solver_path
+    if os.environ.get("WORKER_GPU_OF_LOCAL_RANK") and torch.cuda.device_count():
+        # As `caffe train` does under a launcher: the GPU of the worker's local rank.
+        from caffe.formats.proto_io import read_solver_param
+
+        solver_param = read_solver_param(solver_path)
+        solver_param.device_id = local_rank % torch.cuda.device_count()
+    solver = get_solver(solver_param)
     sync = attach_from_environment(solver)
     if os.environ.get("PERTURB_OTHER_RANKS") and sync.rank > 0:
         # Start away from rank 0's weights: the start's broadcast must bring them back.
