@@ -241,8 +241,7 @@ class PoseidonSync:
             if param_id not in self._synced_params:
                 self.solver.update_param(param_id, rate)
                 blob = self.net.learnable_params[param_id]
-                blob.data_tensor.sub_(blob.diff_tensor)
-                blob.diff_tensor.zero_()
+                self.solver.subtract_diff(blob.data_tensor, blob.diff_tensor)
 
     @distributed_errors
     def flush(self) -> None:
@@ -330,10 +329,8 @@ class PoseidonSync:
         start = self.client.now_us()
         for param_id in r.layer.param_ids:
             self.solver.update_param(param_id, self.pending_rate)
-        data = self.net.param_data[r.layer.start : r.layer.end]
-        diff = self.net.param_diff[r.layer.start : r.layer.end]
-        data.sub_(diff)
-        diff.zero_()
+        self.solver.subtract_diff(self.net.param_data[r.layer.start : r.layer.end],
+                                  self.net.param_diff[r.layer.start : r.layer.end])  # fmt: skip
         if self.client.timeline is not None:
             self.client.timeline.span(r.name, "apply", start, self.client.now_us(),
                                       iteration=r.iteration)  # fmt: skip

@@ -338,6 +338,12 @@ class Solver(SolverSnapshotMixin):
     def apply_update(self) -> None:
         raise NotImplementedError(f"{type(self).__name__}.apply_update")
 
+    def subtract_diff(self, data: torch.Tensor, diff: torch.Tensor) -> None:
+        """data -= diff, then diff = 0: Net.update for the parameters of one synchronised
+        layer (caffe/parallel's deferred update), once its update is in `diff`."""
+        data.sub_(diff)
+        diff.zero_()
+
     def _update_smoothed_loss(self, loss: float, start_iter: int) -> None:
         """Mean of the last average_loss losses, kept incrementally in a ring (as Caffe)."""
         average = self.param.average_loss

@@ -11,7 +11,9 @@ the device really idled (the thread waited for a gradient): counting starts agai
 now. A CPU profile replays with `host_is_device`: there the device is the host, whose
 profiled layer times already include its own work, and the syncer's host work (copies, sums)
 delays the next layer instead of hiding behind it, so every gap between steps counts, except
-what a sleep overslept (the clock's own error, which a real CPU does not have). Dilation
+what a sleep overslept (the clock's own error, which a real CPU does not have) and what ran
+`untimed`: host work the profile already charged (the update's data -= diff, inside the
+profiled update_s, which the replay's solver spends and then does for real). Dilation
 stretches every compute time by one factor (the emulated links are slowed by the same
 factor), so that a 2-core machine can play 16 nodes: reported times are divided by it again.
 """
@@ -19,6 +21,8 @@ factor), so that a 2-core machine can play 16 nodes: reported times are divided 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -45,12 +49,24 @@ class ReplayClock:
         self.stats = ClockStats()
         self._free_at = 0.0
         self._overslept = 0.0  # how far past its target the last sleep woke
+        self._untimed = 0.0  # host seconds since the last step that count as nothing
+
+    @contextmanager
+    def untimed(self) -> Iterator[None]:
+        """Host work inside does not count as the host's own between steps: the profile
+        already charged it (Note [device clock])."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._untimed += time.perf_counter() - start
 
     def spend(self, seconds: float) -> None:
         """Block for `seconds` of device time (× dilation), counted as described above."""
         if seconds <= 0:
             return
-        now = time.perf_counter()
+        now = time.perf_counter() - self._untimed
+        self._untimed = 0.0
         if self.host_is_device:
             # All the time since the last step ended was the host's own work (a CPU does it
             # in line), except the last sleep's lateness: that is the clock's, not the host's.

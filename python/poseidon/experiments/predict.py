@@ -381,7 +381,9 @@ def _sfb_frames(uplink, index, layer, ready, nodes, link, chunk_bytes, done,  # 
             done[index] = t + link.latency_s
 
     for k in range(left[0]):
-        uplink.add(Frame(WORKER, (index, k), size, link.bytes_per_s, ready, k % peers,
+        # Factors go to the peer workers, not their shards: other connections (peer ids
+        # after the shards'), which a sender thread may write beside a push to that node.
+        uplink.add(Frame(WORKER, (index, k), size, link.bytes_per_s, ready, peers + k % peers,
                          arrived))  # fmt: skip
     return left[0] * size
 

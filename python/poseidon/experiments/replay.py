@@ -255,16 +255,32 @@ class ReplayLayer(Layer):
 class ReplaySolver(SGDSolver):
     """SGD whose update spends the profile's time instead of computing it: the replay trains
     no real kernels. Each learnable parameter is charged its layer's `update_s` in
-    proportion to its size; Net.update (data -= diff, on byte-scaled blobs) stays."""
+    proportion to its size; Net.update (data -= diff, on byte-scaled blobs) stays, untimed:
+    the profiled update_s holds it already."""
 
     check_nonfinite = False  # no real arithmetic: nothing diverges, and no check's time
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         self._update_cost = _update_costs(self.net)
+        # Net.update's data -= diff after the updates (the solver's own path, the all-reduce
+        # baseline's) likewise: real, and inside the profiled update_s.
+        update = self.net.update
+
+        def untimed_update() -> None:
+            with device_clock().untimed():
+                update()
+
+        self.net.update = untimed_update  # type: ignore[method-assign]
 
     def update_param(self, param_id: int, rate: float) -> None:
         device_clock().spend(self._update_cost[param_id])
+
+    def subtract_diff(self, data: torch.Tensor, diff: torch.Tensor) -> None:
+        """The deferred update's data -= diff stays real (the workers' checksums), but its
+        time is inside the profiled update_s that update_param spent: not host work."""
+        with device_clock().untimed():
+            super().subtract_diff(data, diff)
 
 
 def _update_costs(net) -> list[float]:  # type: ignore[no-untyped-def]

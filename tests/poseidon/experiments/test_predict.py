@@ -178,6 +178,24 @@ def test_sfb_skips_dw_and_charges_the_rebuild_for_every_node():
         assert cell.iteration_s == pytest.approx(0.01 + 0.016 + rebuild + send)
 
 
+def test_a_push_goes_out_beside_a_factor_frame_to_the_same_node():
+    # SFB factors go to the peer's worker, PS pushes to its shard: two connections, which
+    # the two sender threads write at once (at P = 2 the node is the only peer of both). So
+    # a small conv layer's round rides beside fc's long factor frame: adding the conv costs
+    # less than its own 2 ms of compute. (Serialised behind the frame, it cost 2.6 ms:
+    # the unseen net of docs/experiments.md §6.5 read 17.7% pessimistic at P = 2.)
+    def fc() -> LayerProfile:
+        return LayerProfile("fc", "InnerProduct", 0.01, 0.02, blobs=[4096 * 4096, 4096],
+                            sync=SyncShape("FC", 4096, 4096, 8, 4096 * 4097),
+                            sfb=SfbTiming(0.004, {16: 1e10}))  # fmt: skip
+
+    alone = predict_cell(make_profile([relu("data"), fc()]), "poseidon", 2, LINK)
+    both = make_profile([relu("data"), conv("c1", 20000, 0.001, 0.001), fc()])
+    with_conv = predict_cell(both, "poseidon", 2, LINK)
+    assert with_conv.compute_s - alone.compute_s == pytest.approx(0.002)
+    assert with_conv.iteration_s - alone.iteration_s < 0.002
+
+
 def test_allreduce_is_a_ring_after_each_bucket():
     profile = make_profile([relu("data"), conv("c1", 1_000_000, 0.01, 0.05)])
     cell = predict_cell(profile, "allreduce", 4, LINK)

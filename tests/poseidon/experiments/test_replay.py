@@ -191,6 +191,18 @@ def test_a_cpu_is_its_own_host_so_its_replay_gives_no_back_to_back_credit(
         fake.work(0.001)
     assert fake.perf_counter() - started == pytest.approx(0.0502, abs=1e-9)
 
+    # Work the profile already charged (the update's data -= diff) runs untimed: of 3 ms
+    # between two 4 ms steps, 1 ms counts (the second step ends 5 ms after the first,
+    # 7 ms without `untimed`).
+    device = clock.ReplayClock(dilation=1.0, host_is_device=True)
+    device.spend(0.004)
+    started = fake.perf_counter()
+    fake.work(0.001)
+    with device.untimed():
+        fake.work(0.002)
+    device.spend(0.004)
+    assert fake.perf_counter() - started == pytest.approx(0.0050, abs=1e-9)
+
 
 def test_a_replayed_powersgd_layer_moves_a_scaled_wire_and_spends_the_plans_compute(
     tmp_path, profile
