@@ -77,6 +77,21 @@ def test_center_only_is_the_centre_crop(classifier):
     np.testing.assert_allclose(predictions, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_images_are_resized_as_bvlc_caffe_did(classifier):
+    # Shrunk 3x to image_dims: BVLC Caffe 1.0's resize (the scikit-image of its time, no
+    # anti-aliasing), not today's scikit-image default, which smooths first.
+    pytest.importorskip("skimage")
+    from tests.caffe.test_io import pycaffe_resize_image
+
+    image = random_images([(30, 36)], seed=3)[0]
+    prediction = classifier.predict([image], oversample=False)[0]
+    bvlc = pycaffe_resize_image(image, (10, 12), 1)[1 : 1 + SIZE, 2 : 2 + SIZE]
+    today = pycaffe_resize_image(image, (10, 12), 1, anti_aliasing=True)[1 : 1 + SIZE, 2 : 2 + SIZE]
+    np.testing.assert_allclose(prediction, expected_scores(classifier, [bvlc])[0], rtol=1e-5,
+                               atol=1e-6)  # fmt: skip
+    assert not np.allclose(prediction, expected_scores(classifier, [today])[0], rtol=1e-3)
+
+
 def test_defaults_no_preprocessing_and_image_dims_of_the_input(deploy_net):
     classifier = caffe.Classifier(*deploy_net)
     np.testing.assert_array_equal(classifier.image_dims, (SIZE, SIZE))

@@ -1,3 +1,5 @@
+import sys
+
 import numpy as np
 import pytest
 
@@ -135,34 +137,73 @@ def test_resize_image_orders_and_constant_images():
         io.resize_image(row, (2, 2), interp_order=6)
 
 
-def pycaffe_resize_image(im, new_dims, interp_order):
-    """What pycaffe's caffe.io.resize_image computes, from skimage and scipy themselves."""
+def pycaffe_resize_image(im, new_dims, interp_order, anti_aliasing=False):
+    """What BVLC Caffe 1.0's caffe.io.resize_image computed, from skimage and scipy
+    themselves: skimage's resize as it was then (no anti-aliasing; today's skimage smooths
+    before shrinking unless told not to) for 1 or 3 channels, scipy's zoom for the rest."""
     from scipy.ndimage import zoom
     from skimage.transform import resize
 
     if im.shape[-1] in (1, 3):
         low, high = im.min(), im.max()
-        unit = resize((im - low) / (high - low), new_dims, order=interp_order, mode="constant")
+        unit = resize((im - low) / (high - low), new_dims, order=interp_order, mode="constant",
+                      anti_aliasing=anti_aliasing)  # fmt: skip
         return (unit * (high - low) + low).astype(np.float32)
     scale = tuple(np.array(new_dims, dtype=float) / np.array(im.shape[:2]))
     return zoom(im, (*scale, 1), order=interp_order).astype(np.float32)
 
 
-@pytest.mark.parametrize("channels", [1, 2, 3, 4])
-@pytest.mark.parametrize("interp_order", [0, 1, 2, 3, 5])
-@pytest.mark.parametrize(
+SIZES = pytest.mark.parametrize(
     "shape, new_dims",
-    [((5, 7), (11, 16)), ((4, 4), (9, 9)), ((12, 9), (5, 4)), ((6, 6), (13, 4))],
-    ids=["enlarge", "enlarge-square", "shrink", "mixed"],
-)
-def test_resize_image_equals_pycaffes(channels, interp_order, shape, new_dims):
+    [((5, 7), (11, 16)), ((4, 4), (9, 9)), ((12, 9), (5, 4)), ((30, 20), (7, 9)),
+     ((6, 6), (13, 4))],
+    ids=["enlarge", "enlarge-square", "shrink", "shrink-3x", "mixed"],
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4, 6])
+@pytest.mark.parametrize("interp_order", [0, 1, 2, 3, 5])
+@SIZES
+@pytest.mark.parametrize("anti_aliasing", [False, True], ids=["bvlc", "anti-aliased"])
+def test_resize_image_equals_pycaffes(channels, interp_order, shape, new_dims, anti_aliasing):
     pytest.importorskip("skimage")
     rng = np.random.default_rng(channels * 100 + interp_order)
     image = (rng.random((*shape, channels)) * 200 - 50).astype(np.float32)
-    out = io.resize_image(image, new_dims, interp_order)
-    expected = pycaffe_resize_image(image, new_dims, interp_order)
+    out = io.resize_image(image, new_dims, interp_order, anti_aliasing=anti_aliasing)
+    expected = pycaffe_resize_image(image, new_dims, interp_order,
+                                    anti_aliasing and channels in (1, 3))  # fmt: skip
     assert out.shape == (*new_dims, channels) and out.dtype == np.float32
     np.testing.assert_allclose(out, expected, rtol=0, atol=1e-6 * 250)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("interp_order", [0, 1, 3])
+@SIZES
+@pytest.mark.parametrize("anti_aliasing", [False, True], ids=["bvlc", "anti-aliased"])
+def test_resize_image_without_scikit_image_computes_the_same(
+    monkeypatch, channels, interp_order, shape, new_dims, anti_aliasing
+):
+    pytest.importorskip("skimage")
+    rng = np.random.default_rng(channels * 10 + interp_order)
+    image = (rng.random((*shape, channels)) * 255).astype(np.float32)
+    expected = io.resize_image(image, new_dims, interp_order, anti_aliasing=anti_aliasing)
+    monkeypatch.setitem(sys.modules, "skimage.transform", None)  # as if not installed
+    out = io.resize_image(image, new_dims, interp_order, anti_aliasing=anti_aliasing)
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-6 * 255)
+
+
+def test_preprocess_resizes_as_bvlc_did():
+    # Shrinking 3x: BVLC-era values (no anti-aliasing), not today's scikit-image default.
+    pytest.importorskip("skimage")
+    rng = np.random.default_rng(5)
+    image = rng.random((60, 45, 3)).astype(np.float32)
+    transformer = io.Transformer({"data": (1, 3, 20, 15)})
+    transformer.set_transpose("data", (2, 0, 1))
+    got = transformer.preprocess("data", image)
+    bvlc = pycaffe_resize_image(image, (20, 15), 1).transpose(2, 0, 1)
+    today = pycaffe_resize_image(image, (20, 15), 1, anti_aliasing=True).transpose(2, 0, 1)
+    np.testing.assert_allclose(got, bvlc, rtol=0, atol=1e-6)
+    assert np.abs(got - today).max() > 0.05
 
 
 def test_oversample_ten_crops():
