@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "experiment": "poseidon.commands.experiment",
     "predict": "poseidon.commands.predict",
     "profile": "poseidon.commands.profile",
+    "models": "poseidon.commands.models",
 }
 
 

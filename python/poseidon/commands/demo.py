@@ -38,17 +38,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def models_dir() -> str:
-    """models/ of a source checkout, else the copy a wheel installs under share/."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [
-        os.environ.get("POSEIDON_MODELS", ""),
-        os.path.join(here, "..", "..", "..", "models"),
-        os.path.join(sys.prefix, "share", "poseidon", "models"),
-    ]
-    for path in candidates:
-        if path and os.path.isfile(os.path.join(path, "lenet", SOLVER)):
-            return os.path.abspath(path)
-    raise FileNotFoundError(f"models/lenet/{SOLVER} not found (set POSEIDON_MODELS)")
+    """The first zoo (poseidon/experiments/resolve.py: POSEIDON_MODELS, ./models, the
+    checkout's, the installed copy) that holds LeNet's solver."""
+    from poseidon.experiments.resolve import models_dirs
+
+    for path in models_dirs():
+        if (path / "lenet" / SOLVER).is_file():
+            return str(path.resolve())
+    raise FileNotFoundError(f"models/lenet/{SOLVER} not found (set POSEIDON_MODELS to a "
+                            "models/ directory)")  # fmt: skip
 
 
 def prepare(directory: str, workers: int) -> None:

@@ -1,18 +1,27 @@
 """Names the experiment commands accept: a zoo model name or a prototxt path, and a profile
-path or a profile name from models/profiles (`titanx-maxwell` for the model given)."""
+path or a profile name from models/profiles (`titanx-maxwell` for the model given).
+
+The zoo (every model's prototxts and solvers, and the shipped profiles) is looked for, in
+this order: the directory POSEIDON_MODELS names, ./models, the source checkout's models/,
+and the copy an installed wheel carries (<prefix>/share/poseidon/models, CMakeLists.txt), so
+that the documented commands work from any folder after `pip install`."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 DUMMY_NET = "train_val_dummy.prototxt"
 
 
 def models_dirs() -> list[Path]:
-    """Where the zoo may be: ./models, then the source checkout's models/."""
+    """Where the zoo may be, first wins (module docstring); those that exist."""
     here = Path(__file__).resolve()
-    candidates = [Path.cwd() / "models", here.parents[3] / "models"]
+    setting = os.environ.get("POSEIDON_MODELS", "")
+    candidates = [Path(setting)] if setting else []
+    candidates += [Path.cwd() / "models", here.parents[3] / "models",
+                   Path(sys.prefix) / "share" / "poseidon" / "models"]  # fmt: skip
     seen, out = set(), []
     for path in candidates:
         if path.is_dir() and path.resolve() not in seen:
@@ -39,7 +48,7 @@ def resolve_model(model: str) -> tuple[str, str]:
         path = root / model / DUMMY_NET
         if path.is_file():
             return model, str(path)
-    known = ", ".join(zoo_names()) or "(no models/ directory found)"
+    known = ", ".join(zoo_names()) or "(no zoo found: set POSEIDON_MODELS to a models/ directory)"
     raise ValueError(f"unknown model {model!r}: not a file, and not a zoo name ({known})")
 
 
@@ -67,3 +76,13 @@ def resolve_profile(profile: str, model_label: str) -> str:
         f"profile {profile!r}: no such file, and no models/profiles/ entry "
         f"(shipped: {', '.join(shipped) or 'none'})"
     )
+
+
+def shipped_profiles(model: str) -> list[str]:
+    """The device names of `model`'s shipped profiles (models/profiles/<model>.<device>.json),
+    first zoo wins."""
+    devices: dict[str, None] = {}
+    for root in models_dirs():
+        for path in sorted((root / "profiles").glob(f"{model}.*.json")):
+            devices.setdefault(path.name[len(model) + 1 : -len(".json")], None)
+    return list(devices)
