@@ -1,9 +1,11 @@
-"""CPU MAX pooling, PyTorch's NCHW kernel vs oneDNN's: forward+backward of the zoo nets' pools.
+"""CPU pooling, PyTorch's NCHW kernel vs oneDNN's: the zoo nets' MAX pools (forward+backward)
+and AVE pools (forward; AVE's backward stays PyTorch's, Note [AVE divisor]).
 
-Why: caffe/layers/pooling.py pools MAX through oneDNN on CPU (caffe/layers/_onednn_pooling.py),
-conversions in and out included; this bench times that beside what it replaced (PyTorch's
-max_pool2d_with_indices into the blob and its backward from the indices), on the pooling
-shapes of the engine-vs-torch nets at their bench batch sizes. Rounds alternate the two;
+Why: caffe/layers/pooling.py pools MAX, and AVE where oneDNN's divisor is Caffe's, through
+oneDNN on CPU (caffe/layers/_onednn_pooling.py), conversions in and out included; this bench
+times that beside what it replaced (PyTorch's max_pool2d_with_indices into the blob and its
+backward from the indices; avg_pool2d into the blob), on the pooling shapes of the
+engine-vs-torch nets at their bench batch sizes. Rounds alternate the two;
 the ratio (PyTorch ms / oneDNN ms, > 1: oneDNN is faster) is the median over neighbouring
 pairs of rounds, as in bench/engine_vs_torch.py.
 
@@ -21,7 +23,7 @@ from collections.abc import Callable
 import torch
 
 from caffe.blob import Blob
-from caffe.layers._onednn_pooling import OneDnnMaxPool
+from caffe.layers._onednn_pooling import OneDnnMaxPool, ave_include_padding, ave_pool_forward
 
 # name -> (input shape, kernel, stride): bench/engine_vs_torch.py's nets and batches
 POOLS = {
@@ -32,6 +34,13 @@ POOLS = {
     "alexnet pool2": ((8, 256, 27, 27), 3, 2),
     "alexnet pool5": ((8, 256, 13, 13), 3, 2),
     "vgg19 pool1 (batch 8)": ((8, 64, 224, 224), 2, 2),
+}
+# AVE: name -> (input shape, kernel, stride, pad)
+AVE_POOLS = {
+    "cifar10_quick pool2": ((100, 32, 16, 16), 3, 2, 0),
+    "cifar10_quick pool3": ((100, 64, 8, 8), 3, 2, 0),
+    "googlenet pool5 (b 8)": ((8, 1024, 7, 7), 7, 1, 0),
+    "inception_v3 3x3 (b 8)": ((8, 192, 35, 35), 3, 1, 1),
 }
 
 
@@ -62,6 +71,23 @@ def onednn_step(x: torch.Tensor, k: int, s: int, dy: torch.Tensor) -> Callable[[
     return step
 
 
+def ave_steps(x: torch.Tensor, k: int, s: int, p: int) -> tuple[Callable[[], None], ...]:
+    """(PyTorch's forward into the blob, oneDNN's) for one AVE pool."""
+    y = torch.nn.functional.avg_pool2d(x, k, s, p, ceil_mode=True)
+    top = Blob(y.shape)
+    include = ave_include_padding(tuple(x.shape[2:]), tuple(y.shape[2:]), (k, k), (s, s), (p, p))
+    assert include is not None, "a pool whose divisor oneDNN does not give"
+
+    def pytorch() -> None:
+        torch.ops.aten.avg_pool2d.out(x, [k, k], [s, s], [p, p], True, True, None,
+                                      out=top.data_tensor)  # fmt: skip
+
+    def onednn() -> None:
+        ave_pool_forward(x, top, (k, k), (s, s), (p, p), True, include)
+
+    return pytorch, onednn
+
+
 def time_ms(step, iters: int) -> float:
     start = time.perf_counter()
     for _ in range(iters):
@@ -81,19 +107,27 @@ def main(argv: list[str] | None = None) -> int:
         x = torch.randn(shape)
         y = torch.nn.functional.max_pool2d(x, k, s, ceil_mode=True)
         dy = torch.randn(y.shape)
-        ours, theirs = onednn_step(x, k, s, dy), pytorch_step(x, k, s, dy)
-        ours(), theirs()  # warm-up
-        mine, before = [], []
-        for i in range(args.rounds):
-            order = (theirs, ours) if i % 2 == 0 else (ours, theirs)
-            times = {step: time_ms(step, args.iters) for step in order}
-            before.append(times[theirs])
-            mine.append(times[ours])
-        ratio = statistics.median(a / b for a, b in zip(before, mine))
-        print(f"{name:<23}{'x'.join(map(str, shape)):>20}{f'{k}/{s}':>5}"
-              f"{statistics.median(before):>12.2f}{statistics.median(mine):>11.2f}"
-              f"{ratio:>7.2f}x", flush=True)  # fmt: skip
+        row(name, shape, f"{k}/{s}", pytorch_step(x, k, s, dy), onednn_step(x, k, s, dy), args)
+    print("AVE, ceil mode, forward")
+    for name, (shape, k, s, p) in AVE_POOLS.items():
+        theirs, ours = ave_steps(torch.randn(shape), k, s, p)
+        row(name, shape, f"{k}/{s}", theirs, ours, args)
     return 0
+
+
+def row(name, shape, geometry, theirs, ours, args) -> None:  # type: ignore[no-untyped-def]
+    """Time both steps in alternating rounds and print one line."""
+    ours(), theirs()  # warm-up
+    mine, before = [], []
+    for i in range(args.rounds):
+        order = (theirs, ours) if i % 2 == 0 else (ours, theirs)
+        times = {step: time_ms(step, args.iters) for step in order}
+        before.append(times[theirs])
+        mine.append(times[ours])
+    ratio = statistics.median(a / b for a, b in zip(before, mine))
+    print(f"{name:<23}{'x'.join(map(str, shape)):>20}{geometry:>5}"
+          f"{statistics.median(before):>12.2f}{statistics.median(mine):>11.2f}"
+          f"{ratio:>7.2f}x", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""MAX pooling on CPU through oneDNN, for Pooling layers whose windows PyTorch shapes natively.
+"""MAX and AVE pooling on CPU through oneDNN, for Pooling layers whose windows PyTorch shapes
+natively.
 
 Why: PyTorch's CPU kernel for max pooling of contiguous NCHW tensors is a scalar loop
 whose `val > max` branch the CPU cannot predict on real activations: CIFAR-10 quick's
@@ -113,3 +114,51 @@ class OneDnnMaxPool:
             dy.contiguous().to_mkldnn(), pooled, self._shapes[in_shape], *self.geometry
         )
         return grad.to_dense()
+
+
+# ----- AVE ---------------------------------------------------------------------------------
+# Note [AVE divisor]. Caffe divides each window's sum by the window clipped to the padded
+# input (hend = min(hstart + k, height + pad)): the full k·k wherever the padded input holds
+# the window, fewer cells only where a ceil-mode window hangs past it. oneDNN has two rules:
+# include-padding divides by k·k always, exclude-padding by the window clipped to the image.
+# So with no padding Caffe's divisor is exclude-padding's (the overhang is all that is
+# clipped), and with padding it is include-padding's as long as no window hangs past the
+# padded input; otherwise neither, and the layer keeps PyTorch's kernel, which follows
+# Caffe's rule everywhere. Only the forward goes through oneDNN: 3.5x as fast as PyTorch's
+# NCHW kernel on CIFAR-10 quick's pools, where oneDNN's backward, its reorders included, was
+# slower on one of them (docs/benchmarks.md, bench/pooling_kernels.py).
+
+
+def ave_include_padding(
+    in_hw: tuple[int, ...], out_hw: tuple[int, ...], kernel: tuple[int, int],
+    stride: tuple[int, int], pad: tuple[int, int],
+) -> bool | None:  # fmt: skip
+    """oneDNN's count_include_pad that gives Caffe's divisor for these windows, or None
+    where neither does (Note [AVE divisor])."""
+    if not any(pad):
+        return False
+    fits = all((o - 1) * s + k <= n + 2 * p
+               for n, o, k, s, p in zip(in_hw, out_hw, kernel, stride, pad))  # fmt: skip
+    return True if fits else None
+
+
+def ave_pool_forward(
+    x: torch.Tensor, top: Blob, kernel: tuple[int, int], stride: tuple[int, int],
+    pad: tuple[int, int], ceil: bool, include_padding: bool,
+) -> None:  # fmt: skip
+    """AVE pooling of `x` into `top`'s data through oneDNN, whole images at a time within
+    WORKSPACE_BYTES of input and output (its copies stay small beside the net's blobs)."""
+    image_bytes = 4 * (math.prod(x.shape[1:]) + math.prod(top.shape_tuple[1:]))
+    rows = max(1, WORKSPACE_BYTES // image_bytes)
+
+    def pool(part: torch.Tensor) -> torch.Tensor:
+        pooled = torch.nn.functional.avg_pool2d(part.to_mkldnn(), kernel, stride, pad, ceil,
+                                                include_padding)  # fmt: skip
+        return pooled.to_dense()
+
+    if rows >= x.shape[0]:
+        top.take_data(pool(x))
+        return
+    y = top.data_tensor
+    for start in range(0, x.shape[0], rows):
+        y[start : start + rows] = pool(x[start : start + rows])

@@ -24,7 +24,12 @@ import torch.nn.functional as F
 
 from caffe.conv_geometry import pooled_sizes
 from caffe.layer import Layer, register_layer
-from caffe.layers._onednn_pooling import OneDnnMaxPool, usable
+from caffe.layers._onednn_pooling import (
+    OneDnnMaxPool,
+    ave_include_padding,
+    ave_pool_forward,
+    usable,
+)
 from caffe.layers._stochastic_pooling import StochasticPooling
 from caffe.proto import caffe_pb2
 
@@ -72,6 +77,7 @@ class PoolingLayer(Layer):
         self._stochastic: StochasticPooling | None = None
         self._argmax: torch.Tensor | None = None  # MAX: winners of the last forward
         self._onednn: OneDnnMaxPool | None = None  # MAX on CPU, native windows
+        self._ave_include_padding: bool | None = None  # AVE through oneDNN (None: not)
         self._pooled_by_onednn = False  # the last forward went through self._onednn
         self._drawn: torch.Tensor | None = None  # STOCHASTIC TRAIN: the drawn elements
 
@@ -134,6 +140,10 @@ class PoolingLayer(Layer):
                 self._onednn = OneDnnMaxPool(*geometry)
         else:
             self._onednn = None
+        self._ave_include_padding = None
+        if self.method == Pool.AVE and native:
+            self._ave_include_padding = ave_include_padding(hw, out, self.kernel, self.stride,
+                                                            self.pad)  # fmt: skip
         if self.method == Pool.STOCHASTIC:
             self._stochastic = StochasticPooling(shape, self.kernel, self.stride, out)
         for blob in top:
@@ -169,6 +179,9 @@ class PoolingLayer(Layer):
                 y.clamp_(min=-FLT_MAX)  # a window wholly outside the image: Caffe's -FLT_MAX
             if len(top) > 1:
                 top[1].set_data(self._mask(x, x_in))
+        elif self._ave_include_padding is not None and usable(x):
+            ave_pool_forward(x, top[0], self.kernel, self.stride, self.pad, self.ceil_mode,
+                             self._ave_include_padding)  # fmt: skip
         elif self.explicit_pads is None:
             torch.ops.aten.avg_pool2d.out(
                 x_in, self.kernel, self.stride, pad, ceil_mode, True, None, out=y

@@ -131,3 +131,59 @@ def test_a_mask_top_keeps_pytorch_kernel():
     layer, bottom, top = make_layer(text, [x], num_tops=2)
     run_forward(layer, bottom, top)
     assert not layer._pooled_by_onednn and layer._onednn is None
+
+
+# ----- AVE (Note [AVE divisor]) -----------------------------------------------------------
+AVE_GEOMETRIES = [  # (shape, kernel, stride, pad, oneDNN's include-padding or None)
+    ((3, 4, 16, 16), 3, 2, 0, False),  # CIFAR-10 quick: ceil windows hang past the image
+    ((3, 4, 8, 8), 3, 2, 0, False),
+    ((2, 5, 7, 7), 7, 1, 0, False),  # global-like
+    ((2, 3, 9, 9), 3, 1, 1, True),  # Inception: padded, every window in the padded input
+    ((2, 3, 10, 10), 3, 2, 1, None),  # padded and hanging past it: neither rule is Caffe's
+]
+
+
+def caffe_ave(x: np.ndarray, k: int, s: int, p: int) -> np.ndarray:
+    """Caffe's AVE forward: each window's sum over the image, divided by the window clipped
+    to the padded input; ceil-mode output size."""
+    n, c, h, w = x.shape
+    oh, ow = (-(-(h + 2 * p - k) // s) + 1, -(-(w + 2 * p - k) // s) + 1)
+    oh -= (oh - 1) * s >= h + p
+    ow -= (ow - 1) * s >= w + p
+    y = np.zeros((n, c, oh, ow), np.float64)
+    for i in range(oh):
+        for j in range(ow):
+            h0, w0 = i * s - p, j * s - p
+            h1, w1 = min(h0 + k, h + p), min(w0 + k, w + p)
+            size = (h1 - h0) * (w1 - w0)
+            window = x[:, :, max(h0, 0) : min(h1, h), max(w0, 0) : min(w1, w)]
+            y[:, :, i, j] = window.sum(axis=(2, 3)) / size
+    return y.astype(np.float32)
+
+
+@pytest.mark.parametrize("shape,kernel,stride,pad,include", AVE_GEOMETRIES)
+def test_ave_through_onednn_divides_as_caffe(shape, kernel, stride, pad, include):
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    text = (f'type: "Pooling" pooling_param {{ pool: AVE kernel_size: {kernel} '
+            f"stride: {stride} pad: {pad} }}")  # fmt: skip
+    layer, bottom, top = make_layer(text, [x])
+    (y,) = run_forward(layer, bottom, top)
+    assert layer._ave_include_padding is include
+    np.testing.assert_allclose(y, caffe_ave(x, kernel, stride, pad), rtol=1e-5, atol=1e-6)
+    # Backward stays PyTorch's kernel (Caffe's rule): each cell gets dy / divisor per window.
+    dy = np.random.default_rng(1).standard_normal(y.shape).astype(np.float32)
+    top[0].diff[...] = dy
+    layer.run_backward(top, [True], bottom)
+    xt = torch.from_numpy(x).requires_grad_()
+    ref = F.avg_pool2d(xt, kernel, stride, pad, ceil_mode=True, count_include_pad=True)
+    ref.backward(torch.from_numpy(dy))
+    np.testing.assert_allclose(bottom[0].diff, xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_ave_over_the_workspace_goes_in_chunks(monkeypatch):
+    monkeypatch.setattr("caffe.layers._onednn_pooling.WORKSPACE_BYTES", 2 * 4 * (4 * 256 + 4 * 64))
+    x = np.random.default_rng(7).standard_normal((5, 4, 16, 16)).astype(np.float32)
+    text = 'type: "Pooling" pooling_param { pool: AVE kernel_size: 3 stride: 2 }'
+    layer, bottom, top = make_layer(text, [x])
+    (y,) = run_forward(layer, bottom, top)
+    np.testing.assert_allclose(y, caffe_ave(x, 3, 2, 0), rtol=1e-5, atol=1e-6)
