@@ -1,5 +1,7 @@
 """Parameter: no bottom; one learnable blob of parameter_param.shape (zeros unless given),
-published as the top. Gradients that reach the top accumulate into the blob's diff."""
+published as the top, data and diff: the top is the parameter (BVLC's ShareData and
+ShareDiff), so the gradient a consumer writes into the top is the parameter's gradient, and
+a second backward without clearing writes it again rather than adding to it, as in BVLC."""
 
 from __future__ import annotations
 
@@ -25,10 +27,10 @@ class ParameterLayer(Layer):
         """The shape is fixed at setup."""
 
     def forward(self, bottom, top):
-        # The top is the parameter's memory (Caffe's ShareData), which the Net moves into
-        # its parameter buffer after setup: share it at every forward.
+        # The top is the parameter's memory (Caffe's ShareData and ShareDiff), which the Net
+        # moves into its parameter buffers after setup: share both at every forward.
         top[0].share_data(self.blobs[0])
+        top[0].share_diff(self.blobs[0])
 
     def backward(self, top, propagate_down, bottom):
-        if self.param_propagate_down[0]:
-            self.blobs[0].diff_tensor.add_(top[0].diff_tensor)
+        """Nothing to do: the consumers wrote the gradient into the shared diff."""
