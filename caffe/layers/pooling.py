@@ -199,6 +199,11 @@ class PoolingLayer(Layer):
         pooled = self._argmax is not None or self._pooled_by_onednn
         if (self.method == Pool.MAX and not pooled) or (drawing and self._drawn is None):
             raise self.error("backward called without a forward pass")
+        if self.method == Pool.MAX and len(top) > 1:
+            # BVLC routes by the mask top when there is one, not by its own record: a layer
+            # that rewrote the mask in place between forward and backward is obeyed.
+            bottom[0].set_diff(self._unpool_by_mask(dy, top[1].data_tensor, x.shape))
+            return
         if self._pooled_by_onednn:
             if self._onednn.backward(dy, bottom[0]):
                 return
@@ -254,6 +259,19 @@ class PoolingLayer(Layer):
             # 0 by 0 there. Dividing by 1 gives 0 instead.
             lengths.append((end - start).clamp(min=1).to(x.dtype))
         return lengths[0][:, None] * lengths[1][None, :]
+
+    @staticmethod
+    def _unpool_by_mask(dy: torch.Tensor, mask: torch.Tensor, in_shape) -> torch.Tensor:
+        """Each output's gradient added into the input cell its mask names (flat h·W + w of
+        its channel's plane; -1, a window with no cell, adds nothing), as BVLC's backward."""
+        n, c = in_shape[:2]
+        plane = math.prod(in_shape[2:])
+        index = mask.reshape(n, c, -1).to(torch.long)
+        valid = index >= 0
+        grads = torch.where(valid, dy.reshape(n, c, -1), 0.0)
+        dx = torch.zeros((n, c, plane), dtype=dy.dtype, device=dy.device)
+        dx.scatter_add_(2, index.clamp(min=0, max=plane - 1), grads)
+        return dx.view(in_shape)
 
     def _mask(self, x: torch.Tensor, x_in: torch.Tensor) -> torch.Tensor:
         """The argmax as a float flat index into the unpadded H×W plane (-1: none)."""

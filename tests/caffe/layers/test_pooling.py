@@ -139,6 +139,30 @@ def test_max_mask_top_is_the_flat_argmax(shape, kernel, stride, pad):
     np.testing.assert_array_equal(mask, ref_mask)
 
 
+@pytest.mark.parametrize("shape,kernel,stride,pad", CASES)
+def test_max_backward_follows_the_mask_top(shape, kernel, stride, pad):
+    # BVLC's MAX backward with a mask top reads the mask, not a record of its own: each
+    # output's gradient goes into the cell its mask names (hand-computed here, loop by loop),
+    # also after a later layer rewrote the mask in place.
+    x = distinct(shape, seed=9)
+    layer, bottom, top = make_layer(pool_text("MAX", kernel, stride, pad), [x], num_tops=2)
+    _, mask = run_forward(layer, bottom, top)
+    rewritten = mask.copy()
+    rewritten.reshape(-1)[::2] = 0  # every other output now names cell (0, 0) of its plane
+    top[1].data[...] = rewritten
+    dy = np.random.default_rng(2).standard_normal(mask.shape).astype(np.float32)
+    top[0].diff[...] = dy
+    layer.run_backward(top, [True], bottom)
+    n, c, h, w = x.shape
+    expected = np.zeros((n, c, h * w), np.float32)
+    for i in range(n):
+        for j in range(c):
+            for cell, g in zip(rewritten[i, j].reshape(-1), dy[i, j].reshape(-1)):
+                if cell >= 0:
+                    expected[i, j, int(cell)] += g
+    np.testing.assert_allclose(bottom[0].diff, expected.reshape(x.shape), rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("method", ["MAX", "AVE"])
 def test_floor_round_mode_matches_torch(method):
     x = distinct((2, 1, 7, 8), seed=3)
