@@ -10,13 +10,17 @@ No clipping. cont_t = 0 drops c_{t-1}, which starts a new sequence. The gradient
 exact one (BVLC's CUDA kernel); BVLC's CPU kernel differs from it only for a cont that is
 neither 0 nor 1 (it takes σ'(f') as f·(1−f) with f already scaled by cont). There is no
 gradient for cont.
+
+Backward is written out as BVLC's: it keeps the gate activations of the forward, but reads
+c_t from the top and c_{t-1} and cont_t from the bottoms as they are when it runs, so a later
+layer that rewrote c_t in place changes the gradient as it does in BVLC.
 """
 
 from __future__ import annotations
 
 import torch
 
-from caffe.layer import AutogradLayer, register_layer
+from caffe.layer import Layer, register_layer
 
 
 def lstm_unit(
@@ -30,7 +34,7 @@ def lstm_unit(
 
 
 @register_layer("LSTMUnit")
-class LSTMUnitLayer(AutogradLayer):
+class LSTMUnitLayer(Layer):
     exact_num_bottom = 3
     exact_num_top = 2
 
@@ -55,11 +59,35 @@ class LSTMUnitLayer(AutogradLayer):
         top[0].reshape_like(c_prev)
         top[1].reshape_like(c_prev)
 
-    def compute(self, bottoms, params):
-        c_prev, gates, cont = bottoms
-        return list(lstm_unit(c_prev, gates, cont.detach()))
+    def forward(self, bottom, top):
+        c_prev, gates, cont = (b.data_tensor for b in bottom)
+        i, f, o, g = gates.chunk(4, dim=-1)
+        # The activations, kept for backward (BVLC's X_acts): σ(i'), σ(f') unscaled, σ(o'),
+        # tanh(g').
+        self._acts = acts = (torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o), torch.tanh(g))
+        c = cont.unsqueeze(-1) * acts[1] * c_prev + acts[0] * acts[3]
+        h = acts[2] * torch.tanh(c)
+        top[0].take_data(c)
+        top[1].take_data(h)
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[2]:
             raise self.error("cannot backpropagate to sequence indicators (bottom[2], cont)")
-        super().backward(top, propagate_down, bottom)
+        if not (propagate_down[0] or propagate_down[1]):
+            return
+        if getattr(self, "_acts", None) is None:
+            raise self.error("backward called without a forward pass")
+        i, f, o, g = self._acts
+        c = top[0].data_tensor  # as it is now: a later in-place layer's values count
+        c_prev = bottom[0].data_tensor
+        cont = bottom[2].data_tensor.unsqueeze(-1)
+        tanh_c = torch.tanh(c)
+        dc = top[0].diff_tensor + top[1].diff_tensor * o * (1 - tanh_c * tanh_c)
+        if propagate_down[1]:
+            di = dc * g * i * (1 - i)
+            df = dc * cont * c_prev * f * (1 - f)
+            do = top[1].diff_tensor * tanh_c * o * (1 - o)
+            dg = dc * i * (1 - g * g)
+            bottom[1].take_diff(torch.cat([di, df, do, dg], dim=-1))
+        if propagate_down[0]:
+            bottom[0].take_diff(dc * cont * f)

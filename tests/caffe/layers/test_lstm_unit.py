@@ -80,3 +80,36 @@ def test_bad_shapes_are_errors_naming_the_layer(shapes, match):
 @needs_cuda
 def test_cuda_matches_cpu():
     assert_cuda_matches_cpu(TEXT, inputs([0, 1, 0.5], seed=3), 2, propagate=[True, True, False])
+
+
+@pytest.mark.parametrize("cont", [[1, 0, 1], [0.3, 1, 2]])
+def test_backward_reads_the_cell_a_later_in_place_layer_rewrote(cont):
+    # BVLC's backward takes c_t from the top as it is when backward runs (and the gates'
+    # activations from the forward): a later in-place layer (here c_t halved, as a Power
+    # layer in place would) changes tanh(c_t) in the gradient. Hand-computed in float64.
+    c_prev, gates, cont_t = inputs(cont, seed=4)
+    layer, bottom, top = make_layer(TEXT, [c_prev, gates, cont_t], num_tops=2)
+    layer.bottom_need_backward = [True, True, False]
+    run_forward(layer, bottom, top)
+    top[0].data[...] *= 0.5
+    rng = np.random.default_rng(6)
+    dc, dh = (rng.standard_normal((1, N, D)).astype(np.float32) for _ in range(2))
+    top[0].diff[...], top[1].diff[...] = dc, dh
+    layer.run_backward(top, [True, True, False], bottom)
+
+    x = gates.astype(np.float64)
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    i, f, o, g = (
+        sig(x[..., :D]),
+        sig(x[..., D : 2 * D]),
+        sig(x[..., 2 * D : 3 * D]),
+        np.tanh(x[..., 3 * D :]),
+    )
+    k = np.asarray(cont, np.float64)[None, :, None]
+    tanh_c = np.tanh(top[0].data.astype(np.float64))  # the rewritten cell
+    c_term = dc + dh * o * (1 - tanh_c**2)
+    blocks = [c_term * g * i * (1 - i), c_term * k * c_prev * f * (1 - f),
+              dh * tanh_c * o * (1 - o), c_term * i * (1 - g**2)]  # fmt: skip
+    expected_gates = np.concatenate(blocks, axis=-1)
+    np.testing.assert_allclose(bottom[1].diff, expected_gates, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bottom[0].diff, c_term * k * f, rtol=1e-5, atol=1e-6)
