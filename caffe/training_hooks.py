@@ -23,6 +23,9 @@ never silently replaces the first; set None to detach):
 Calls:
     Solver.update_param(param_id, rate)     the solver rule for one learnable parameter (a
                                             deferred update applies it layer by layer)
+    Solver.subtract_diff(data, diff)        then data -= diff, diff = 0 for that layer's
+                                            range (the replay's solver times it as the
+                                            update's, already profiled)
     Layer.comm_shape(bottom) -> (kind, m, n, rows)   how the cost model sees the layer
     Layer.batch_wait_s() -> seconds | None  a prefetching data layer's last wait (timeline)
     InnerProductLayer.factor_widths() -> (top diff width, bottom data width)
@@ -54,7 +57,7 @@ T = TypeVar("T")
 ATTACH_SURFACE: dict[str, frozenset[str]] = {
     "Solver": frozenset({
         "add_callback", "update_hook", "flush_hook", "action_hook", "snapshot_hook",
-        "restore_hook", "update_param",
+        "restore_hook", "update_param", "subtract_diff",
         "net", "param", "iter",
     }),
     "Net": frozenset({

@@ -1,5 +1,6 @@
 #include "poseidon/internal/sfb.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -24,9 +25,10 @@ bool SFBroadcaster::rank_complete(const Slot& slot, size_t rank) const {
   return slot.total[rank] != kUnknown && slot.chunks_left[rank] == 0;
 }
 
-void SFBroadcaster::register_layer(uint32_t layer_id, size_t max_floats) {
+void SFBroadcaster::register_layer(uint32_t layer_id, size_t reserved_floats, size_t max_floats) {
   const Plan& plan = plane_.plan;
   const size_t p1 = static_cast<size_t>(plan.num_workers);
+  max_floats = std::max(max_floats, reserved_floats);
   layers_.add(layer_id, [&](Layer& layer, const std::string&) {
     layer.max_floats = max_floats;
     layer.max_chunks = count_chunks(max_floats, plan.chunk_floats());
@@ -34,7 +36,7 @@ void SFBroadcaster::register_layer(uint32_t layer_id, size_t max_floats) {
       // Indexed by rank; only the machines' leaders send factors (Note [local aggregation]).
       s.buffers.assign(p1, {});
       for (size_t r = 0; r < p1; ++r) {
-        if (plan.is_leader(static_cast<int>(r))) s.buffers[r].assign(max_floats, 0.0f);
+        if (plan.is_leader(static_cast<int>(r))) s.buffers[r].assign(reserved_floats, 0.0f);
       }
       s.total.assign(p1, kUnknown);
       s.got.assign(p1, std::vector<uint8_t>(layer.max_chunks, 0));
@@ -78,6 +80,9 @@ Handle SFBroadcaster::allgather(uint32_t layer_id, int64_t iteration, const floa
     if (!slot.used || slot.iteration != iteration) reset_slot(slot, iteration);
     // Our own factor is copied into our slot and sent from there, so the
     // caller may reuse `send` as soon as this returns.
+    // Note [factor slots]: a step with more rows than reserved grows our buffer (this slot's
+    // last sends, two iterations back, are done).
+    if (slot.buffers[rank].size() < num_floats) slot.buffers[rank].resize(num_floats);
     if (num_floats > 0) std::memcpy(slot.buffers[rank].data(), send, num_floats * 4);
     slot.total[rank] = num_floats;
     slot.chunks_left[rank] = 0;
@@ -183,6 +188,9 @@ void SFBroadcaster::on_factor(Peer& from, const FrameHeader& h) {
       }
       slot->total[j] = h.total_floats;
       slot->chunks_left[j] = count_chunks(h.total_floats, plan.chunk_floats());
+      // No chunk of worker j's factor is in flight yet: its buffer may grow (Note [factor
+      // slots]); the others' buffers do not move.
+      if (slot->buffers[j].size() < h.total_floats) slot->buffers[j].resize(h.total_floats);
     } else if (slot->total[j] != h.total_floats) {
       throw ProtocolError(what + ": announces " + std::to_string(h.total_floats) +
                           " floats, an earlier chunk announced " + std::to_string(slot->total[j]));

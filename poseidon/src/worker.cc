@@ -27,7 +27,7 @@ class Worker::Impl {
   void connect();
   const Plan& plan(const std::vector<LayerSpec>& layers);
   void register_layer(uint32_t layer_id, float* grad, size_t num_floats);
-  void register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker);
+  void register_sfb_layer(uint32_t layer_id, size_t reserved_floats, size_t max_floats);
   Handle push_pull(uint32_t layer_id, int64_t iteration, uint32_t part);
   Handle allgather(uint32_t layer_id, int64_t iteration, const float* send, size_t num_floats);
   FactorView factor(uint32_t layer_id, int64_t iteration, int rank) const;
@@ -266,9 +266,10 @@ void Worker::Impl::register_layer(uint32_t layer_id, float* grad, size_t num_flo
   kv_->register_layer(layer_id, grad, num_floats);
 }
 
-void Worker::Impl::register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker) {
+void Worker::Impl::register_sfb_layer(uint32_t layer_id, size_t reserved_floats,
+                                      size_t max_floats) {
   require(State::kPlanned, "register_sfb_layer");
-  sfb_->register_layer(layer_id, max_floats_per_worker);
+  sfb_->register_layer(layer_id, reserved_floats, max_floats);
 }
 
 Handle Worker::Impl::push_pull(uint32_t layer_id, int64_t iteration, uint32_t part) {
@@ -488,8 +489,9 @@ const Plan& Worker::plan(const std::vector<LayerSpec>& layers) { return impl_->p
 void Worker::register_layer(uint32_t layer_id, float* grad, size_t num_floats) {
   impl_->register_layer(layer_id, grad, num_floats);
 }
-void Worker::register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker) {
-  impl_->register_sfb_layer(layer_id, max_floats_per_worker);
+void Worker::register_sfb_layer(uint32_t layer_id, size_t reserved_floats,
+                                size_t max_floats_per_worker) {
+  impl_->register_sfb_layer(layer_id, reserved_floats, max_floats_per_worker);
 }
 Handle Worker::push_pull(uint32_t layer_id, int64_t iteration, uint32_t part) {
   return impl_->push_pull(layer_id, iteration, part);

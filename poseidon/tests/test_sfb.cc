@@ -40,7 +40,9 @@ void run(const std::string& transport, int p1) {
     CHECK(plan.find(3)->scheme == Scheme::kSFB);
     const size_t max_floats = 2000;
     w.register_sfb_layer(3, max_floats);
-    w.register_sfb_layer(4, max_floats);
+    // Layer 4 reserves 64 floats and grows its buffers (Note [factor slots]) to the
+    // factors of up to ~700 floats that each step brings, sizes changing every step.
+    w.register_sfb_layer(4, 64, max_floats);
     std::vector<float> grad(100);
     w.register_layer(0, grad.data(), grad.size());
     for (int64_t t = 5; t < 9; ++t) {  // need not start at 0
@@ -79,6 +81,7 @@ void run(const std::string& transport, int p1) {
     CHECK_THROWS(w.allgather(3, 10, nullptr, 0), ConfigError, "consecutive");
     std::vector<float> huge(max_floats + 1);
     CHECK_THROWS(w.allgather(3, 9, huge.data(), huge.size()), ConfigError, "exceeds");
+    CHECK_THROWS(w.allgather(4, 9, huge.data(), huge.size()), ConfigError, "exceeds");
     // SFB traffic is counted per layer: sent to every peer, received from them.
     const LayerTraffic tr = w.traffic().at(3);
     uint64_t sent = 0, received = 0;

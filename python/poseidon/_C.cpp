@@ -503,10 +503,11 @@ PYBIND11_MODULE(_C, m) {
           py::arg("layer_id"), py::arg("grad"))
       .def(
           "register_sfb_layer",
-          [](PyWorker& w, uint32_t layer_id, size_t max_floats) {
-            w.worker->register_sfb_layer(layer_id, max_floats);
+          [](PyWorker& w, uint32_t layer_id, size_t reserved_floats, size_t max_floats) {
+            w.worker->register_sfb_layer(layer_id, reserved_floats, max_floats);
           },
-          py::arg("layer_id"), py::arg("max_floats_per_worker"), Release())
+          py::arg("layer_id"), py::arg("reserved_floats"), py::arg("max_floats_per_worker") = 0,
+          Release())
       .def(
           "push_pull",
           [](PyWorker& w, uint32_t layer_id, int64_t iteration, uint32_t part) {

@@ -51,7 +51,7 @@ class PlanningWorker:
     def register_layer(self, index, array) -> None:
         pass
 
-    def register_sfb_layer(self, index, floats) -> None:
+    def register_sfb_layer(self, index, reserved, max_floats=0) -> None:
         pass
 
 

@@ -8,7 +8,7 @@
 //                                      // the coordinator decides PS/SFB per layer
 //   for each layer in p.layers:        // once, at setup
 //     PS, BF16, PowerSGD: w.register_layer(id, buffer, layer.wire_floats);
-//     SFB:                w.register_sfb_layer(id, max_floats_per_worker);
+//     SFB:                w.register_sfb_layer(id, reserved_floats, max_floats);
 //   each iteration t, as layers finish backward (any order, any threads):
 //     Handle h = w.push_pull(id, t);            // range := sum over workers
 //     PowerSGD: push_pull(id, t, 0), wait, then push_pull(id, t, 1)
@@ -66,9 +66,11 @@ class Worker {
   // BF16: bf16(fp32 sum of the bf16-rounded inputs), the same bits on every
   // worker. Setup only; thread-safe.
   void register_layer(uint32_t layer_id, float* grad, size_t num_floats);
-  // SFB layer: reserves receive buffers for factors of up to
-  // max_floats_per_worker floats from every worker. Setup only; thread-safe.
-  void register_sfb_layer(uint32_t layer_id, size_t max_floats_per_worker);
+  // SFB layer: reserves receive buffers for factors of reserved_floats from
+  // every worker, grown when a step brings more, up to max_floats_per_worker
+  // (0: reserved_floats). Setup only; thread-safe.
+  void register_sfb_layer(uint32_t layer_id, size_t reserved_floats,
+                          size_t max_floats_per_worker = 0);
 
   // Asynchronous: queues the chunks of the layer's part `part` (lower layer
   // ids go first) and returns at once. Do not touch the range until the

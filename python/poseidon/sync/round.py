@@ -24,6 +24,7 @@ or autograd's) submits and finishes it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,6 +40,11 @@ from poseidon.sync.local import LocalGroup
 from poseidon.sync.powersgd_round import PowerSGDExchange
 from poseidon.sync.staging import GradientStaging, to_host_async
 from poseidon.timeline import Timeline
+
+_log = logging.getLogger("poseidon.sync")
+# How far an SFB layer's factors may grow past the rows it was planned with (gradient
+# accumulation over up to this many micro-batches without a hint).
+FACTOR_GROWTH = 16
 
 # dy (R × out), x (R × in), scale: add scale·dyᵀ·x (and scale·Σ dy) into the gradients.
 Rebuild = Callable[[torch.Tensor, torch.Tensor, float], None]
@@ -103,6 +109,7 @@ class LayerRound:
         self.factors = factors
         self.rebuild = rebuild
         self.capacity_rows = capacity_rows
+        self.rows_said = capacity_rows  # the most rows a log line has told of
         self.device = device if device is not None else torch.device("cpu")
         self.powersgd = powersgd
         self.factor_floats = 0
@@ -123,12 +130,18 @@ class LayerRound:
             # Two slots of P1 buffers of this size (internal/sfb.h): the factors alone, never
             # the layer's weights (those cross in pieces of this size at start: broadcast.py).
             self.factor_floats = max(1, capacity_rows * factors.width)
-            if local is not None:
+            # A step may bring more rows than planned (gradient accumulation, an uneven last
+            # batch, a K that changes): the buffers grow (Note [factor slots] in
+            # internal/sfb.h) up to GROWTH times the plan's rows, or twice the layer's
+            # gradient if that is more (what a PS round moves per worker, out and back); the
+            # bound keeps every peer's buffers for this layer finite and guards receivers.
+            self.factor_limit = max(FACTOR_GROWTH * self.factor_floats, 2 * layer.num_floats)
+            if local is not None:  # the machine's gather slots are fixed: no growth
                 self.local_factors = local_round.LocalFactors(
                     local, capacity_rows, factors.width, self.device)  # fmt: skip
-                self.factor_floats = self.local_factors.machine_max_floats
+                self.factor_floats = self.factor_limit = self.local_factors.machine_max_floats
             if leader:
-                worker.register_sfb_layer(layer.index, self.factor_floats)
+                worker.register_sfb_layer(layer.index, self.factor_floats, self.factor_limit)
 
     @property
     def index(self) -> int:
@@ -164,10 +177,7 @@ class LayerRound:
         self.iteration, self.submitted, self.submitted_us = iteration, True, now_us
         index = self.layer.index
         if self.factors is not None and self.factors.rows > self.capacity_rows:
-            raise FactorOverflowError(
-                f"{self.layer.name}: {self.factors.rows} rows of sufficient factors this step, "
-                f"more than the {self.capacity_rows} it was planned with"
-            )
+            self._more_rows_than_planned(self.factors.rows)
         if self.local is not None:
             self.core_handle = None
             self.handle = local_round.submit(self, iteration, now_us)
@@ -193,6 +203,27 @@ class LayerRound:
             self.handle = send()
         else:  # CUDA: a comm thread waits for the copy to host, not the training thread
             self.handle = self.comm_thread.submit(lambda: (copied and copied(), send())[1])
+
+    def _more_rows_than_planned(self, rows: int) -> None:
+        """A step with more rows of factors than planned: sent as they are while they weigh
+        less than the gradient (said once), else FactorOverflowError naming the layer."""
+        assert self.factors is not None
+        floats = rows * self.factors.width
+        if self.local is not None or floats > self.factor_limit:
+            why = ("its machine's gather slots are sized for the plan" if self.local is not None
+                   else f"{floats} floats of factors, more than {FACTOR_GROWTH} times the "
+                        f"plan's and twice the layer's {self.layer.num_floats}-float "
+                        "gradient")  # fmt: skip
+            raise FactorOverflowError(
+                f"{self.layer.name}: {rows} rows of sufficient factors this step, more than the "
+                f"{self.capacity_rows} it was planned with ({why})"
+            )
+        if rows > self.rows_said:
+            self.rows_said = rows
+            _log.info("%s: %d rows of sufficient factors this step, more than the %d it was "
+                      "planned with: sent as they are (%d floats, the gradient is %d)",
+                      self.layer.name, rows, self.capacity_rows, floats,
+                      self.layer.num_floats)  # fmt: skip
 
     # ----- receiving ------------------------------------------------------------------------
     def finish(self, num_workers: int, timeline: Timeline | None = None) -> None:

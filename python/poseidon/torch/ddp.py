@@ -79,8 +79,12 @@ class DistributedDataParallel(nn.Module):
     or "powersgd"), `compression` (the lossy schemes the cost model may pick per layer:
     "none", the default, "bf16", "powersgd[:R]" or "auto[:R]", as POSEIDON_COMPRESSION) and
     `powersgd_rank`, `wait` (Note [when gradients move]),
-    `accumulation_steps` (micro-batches per synchronised step, so that SFB layers are sized
-    for their factors) and `sfb_rows` (each nn.Linear's K, when known: no probe forward)."""
+    `accumulation_steps` (micro-batches per synchronised step) and `sfb_rows` (each
+    nn.Linear's K, when known: no probe forward) are hints: an SFB layer is planned for the
+    rows of its first forward times the steps, and a step that brings more (no_sync()
+    accumulation, a K that changes) sends them anyway, up to 16 times the planned rows or
+    twice its gradient (with several workers per machine the machine's slots are fixed: pass
+    them)."""
 
     def __init__(
         self,

@@ -74,8 +74,9 @@ class UnitSync:
             self.round.submit(iteration, now_us)
         except FactorOverflowError as e:
             raise RuntimeError(
-                f"nn.Linear {e} (its K at the first step); pass accumulation_steps= (gradient "
-                "accumulation) or sfb_rows= to DistributedDataParallel, or drop uneven batches"
+                f"nn.Linear {e}: plan it for that many rows (accumulation_steps= for gradient "
+                "accumulation, or sfb_rows=) or send it through the parameter server "
+                f"(layer_schemes={{{self.unit.name!r}: 'ps'}}) in DistributedDataParallel"
             ) from None
 
     # ----- receiving --------------------------------------------------------------------

@@ -53,8 +53,8 @@ class Worker:
     def register_layer(self, index: int, array: np.ndarray) -> None:
         self.arrays[index] = array
 
-    def register_sfb_layer(self, index: int, floats: int) -> None:
-        self.capacity[index] = floats
+    def register_sfb_layer(self, index: int, reserved: int, max_floats: int = 0) -> None:
+        self.capacity[index] = max(reserved, max_floats)  # the comm core grows up to this
 
     def push_pull(self, index: int, iteration: int) -> Done:
         with self.job.changed:
@@ -68,7 +68,7 @@ class Worker:
         return Done(self.job, lambda: len(pushes) == self.num_workers, reply)
 
     def allgather(self, index: int, iteration: int, payload: np.ndarray) -> Done:
-        assert payload.size <= self.capacity[index], "more than the registered factor size"
+        assert payload.size <= self.capacity[index], "more than the registered maximum"
         with self.job.changed:
             gathered = self.job.gathered.setdefault((index, iteration), {})
             gathered[self.rank] = np.array(payload)
@@ -98,7 +98,11 @@ def test_a_ps_round_leaves_the_mean_in_every_workers_range():
         torch.testing.assert_close(r.diff, mean)
 
 
-def test_an_sfb_round_rebuilds_the_mean_gradient_from_every_workers_factors():
+@pytest.mark.parametrize("planned,rows", [(2, (2, 2, 2)), (1, (1, 2, 0))],
+                         ids=["as-planned", "uneven-and-more"])  # fmt: skip
+def test_an_sfb_round_rebuilds_the_mean_gradient_from_every_workers_factors(planned, rows):
+    # Planned for 1 row: a worker that brings 2 (an accumulated step, say) grows the comm
+    # core's buffers on every side (Note [factor slots]), one with none sends nothing.
     job = Job(3)
     weight_grads = [torch.zeros(OUT, IN) for _ in range(3)]
     expected = torch.zeros(OUT, IN, dtype=torch.float64)
@@ -106,7 +110,8 @@ def test_an_sfb_round_rebuilds_the_mean_gradient_from_every_workers_factors():
     for rank, worker in enumerate(job.workers):
         factors = FactorLog(OUT, IN)
         g = torch.Generator().manual_seed(rank)
-        dy, x = torch.randn(2, OUT, generator=g), torch.randn(2, IN, generator=g)
+        k = rows[rank]
+        dy, x = torch.randn(k, OUT, generator=g), torch.randn(k, IN, generator=g)
         factors.add(dy, x)
         expected += dy.double().t() @ x.double() / 3
 
@@ -114,7 +119,7 @@ def test_an_sfb_round_rebuilds_the_mean_gradient_from_every_workers_factors():
             target.addmm_(dy.t(), x, alpha=scale)
 
         rounds.append(LayerRound(worker, layer(1, OUT * IN, "FC"), "SFB", factors=factors,
-                                 capacity_rows=2, rebuild=rebuild))  # fmt: skip
+                                 capacity_rows=planned, rebuild=rebuild))  # fmt: skip
     for r in rounds:
         r.submit(iteration=0)
     for r in rounds:
@@ -123,13 +128,15 @@ def test_an_sfb_round_rebuilds_the_mean_gradient_from_every_workers_factors():
         torch.testing.assert_close(grad.double(), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_more_factor_rows_than_planned_is_an_error_naming_the_layer():
+def test_factors_beyond_the_growth_bound_are_an_error_naming_the_layer():
     worker = Job(1).workers[0]
     factors = FactorLog(OUT, IN)
-    factors.add(torch.zeros(3, OUT), torch.zeros(3, IN))
+    rows = 16 * 2 + 1  # planned for 2: beyond 16 times that (and twice dW, 24 floats)
+    factors.add(torch.zeros(rows, OUT), torch.zeros(rows, IN))
     r = LayerRound(worker, layer(2, OUT * IN, "FC"), "SFB", factors=factors, capacity_rows=2,
                    rebuild=lambda *_: None)  # fmt: skip
-    with pytest.raises(FactorOverflowError, match=r"layer2: 3 rows .* than the 2 it was planned"):
+    expected = rf"layer2: {rows} rows .* than the 2 it was planned with \(.* more than 16 times"
+    with pytest.raises(FactorOverflowError, match=expected):
         r.submit(iteration=0)
 
 

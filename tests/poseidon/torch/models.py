@@ -177,6 +177,8 @@ CASES = {
     "ps": Case(mlp, {"scheme": "ps"}),
     "auto": Case(mlp),
     "accumulate": Case(mlp, {"scheme": "sfb", "accumulation_steps": 2}, accumulate=2),
+    # A DDP script as written: no_sync() accumulation and no hint (twice the rows planned).
+    "accumulate-unhinted": Case(mlp, {"scheme": "sfb"}, accumulate=2),
     "accumulate-ps": Case(mlp, {"scheme": "ps"}, accumulate=2),
     "unused": Case(Unused, {"scheme": "sfb"}),
     "frozen": Case(frozen, {"scheme": "sfb"}),

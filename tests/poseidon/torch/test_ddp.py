@@ -79,6 +79,15 @@ def assert_like_one_process(case: str, expected: Params, ranks: list[Params], la
             np.testing.assert_array_equal(value, ranks[0][name], err_msg=where)
 
 
+def test_a_ddp_script_accumulating_with_no_sync_runs_unchanged_on_4_workers(tmp_path):
+    # As PyTorch's DDP runs it: no_sync() over two micro-batches, no accumulation_steps=;
+    # the SFB layers' factors come with twice the rows they were planned with.
+    case = "accumulate-unhinted"
+    reference = run_reference(tmp_path / "reference", [case], STEPS, emulated_workers=4)
+    results, _ = run_torchrun_job(tmp_path / "job", [case], 4, STEPS)
+    assert_like_one_process(case, reference[case], results[case], "4 workers")
+
+
 def test_a_model_changes_when_it_trains(job_root):
     """The equivalence above is not vacuous: training moves every parameter."""
     reference, _, _ = job(2, job_root)
@@ -258,14 +267,17 @@ def test_a_worker_that_never_comes_is_named(no_launcher):
     assert time.monotonic() - started < 10
 
 
-def test_more_rows_than_planned_say_what_to_pass(no_launcher):
+def test_more_rows_than_planned_go_and_far_more_say_what_to_pass(no_launcher):
     import poseidon.torch
 
     net = poseidon.torch.DistributedDataParallel(small_model(), scheme="sfb")
     try:
         net(torch.randn(3, 4)).sum().backward()  # plans K = 3
-        with pytest.raises(RuntimeError, match=r"accumulation_steps= .*sfb_rows="):
-            net(torch.randn(7, 4)).sum().backward()
+        net(torch.randn(7, 4)).sum().backward()  # more rows: the buffers grow
+        net(torch.randn(48, 4)).sum().backward()  # up to 16 times the plan's
+        expected = r"nn.Linear 2: 49 rows .* than the 3 it was planned with .*sfb_rows=.*'2': 'ps'"
+        with pytest.raises(RuntimeError, match=expected):
+            net(torch.randn(49, 4)).sum().backward()
     finally:
         net.close(RuntimeError("test over"))
 

@@ -10,9 +10,12 @@ from tests.poseidon.torch.jobs import run_reference, run_torchrun_job
 from tests.poseidon.torch.models import CASES
 from tests.poseidon.torch.test_ddp import STEPS, assert_like_one_process
 
+# A machine's gather slots are sized by the plan: accumulation needs its hint there.
+NEEDS_ONE_WORKER_PER_MACHINE = {"accumulate-unhinted"}
+
 
 def test_two_machines_of_two_end_as_one_process(tmp_path: Path) -> None:
-    cases = sorted(CASES)
+    cases = sorted(set(CASES) - NEEDS_ONE_WORKER_PER_MACHINE)
     reference = run_reference(tmp_path / "reference", cases, STEPS, emulated_workers=4)
     results, _ = run_torchrun_job(tmp_path / "job", cases, 4, STEPS,
                                   POSEIDON_WORKERS_PER_HOST="2")  # fmt: skip

@@ -9,7 +9,9 @@
 // factors are readable at the leaders' ranks.
 //
 // Note [factor slots]: each layer has two slots (iteration parity), each with
-// P1 receive buffers of max_floats, allocated once at registration. A peer
+// P1 receive buffers, allocated at registration for the factors the plan
+// expects (reserved_floats) and grown, up to max_floats, when a step brings
+// more rows (gradient accumulation, a K that changes between steps). A peer
 // can run at most one iteration ahead of this worker (it needs our factor to
 // finish its own), so its next factor lands in the other slot and never
 // overwrites one the caller may still be reading: the factors of iteration t
@@ -33,9 +35,11 @@ class SFBroadcaster {
  public:
   explicit SFBroadcaster(DataPlane& plane) : plane_(plane), layers_(plane, Scheme::kSFB) {}
 
-  // Allocates 2 × P1 × max_floats_per_worker floats. The layer must be an
-  // SFB layer of the plan. Thread-safe; once per layer.
-  void register_layer(uint32_t layer_id, size_t max_floats_per_worker);
+  // Allocates 2 × P1 × reserved_floats floats; a worker's factor may grow to
+  // max_floats (0: reserved_floats), beyond which it is refused (from a peer:
+  // a protocol error). The layer must be an SFB layer of the plan. Thread-safe;
+  // once per layer.
+  void register_layer(uint32_t layer_id, size_t reserved_floats, size_t max_floats = 0);
   bool registered(uint32_t layer_id) const { return layers_.find(layer_id) != nullptr; }
   // Sends `send` (num_floats <= max, owned by the caller, valid until the
   // handle completes) to every peer, chunked, and returns a handle that
@@ -56,7 +60,7 @@ class SFBroadcaster {
   struct Slot {
     int64_t iteration = 0;
     bool used = false;
-    std::vector<std::vector<float>> buffers;  // [rank][max_floats]
+    std::vector<std::vector<float>> buffers;  // [rank][reserved, grown to max]
     std::vector<uint64_t> total;              // floats announced per rank (UINT64_MAX: none yet)
     std::vector<std::vector<uint8_t>> got;    // [rank][chunk] arrived
     std::vector<uint32_t> chunks_left;        // per rank
