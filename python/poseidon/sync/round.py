@@ -132,7 +132,7 @@ class LayerRound:
             self.factor_floats = max(1, capacity_rows * factors.width)
             # A step may bring more rows than planned (gradient accumulation, an uneven last
             # batch, a K that changes): the buffers grow (Note [factor slots] in
-            # internal/sfb.h) up to GROWTH times the plan's rows, or twice the layer's
+            # internal/sfb.h) up to FACTOR_GROWTH times the plan's rows, or twice the layer's
             # gradient if that is more (what a PS round moves per worker, out and back); the
             # bound keeps every peer's buffers for this layer finite and guards receivers.
             self.factor_limit = max(FACTOR_GROWTH * self.factor_floats, 2 * layer.num_floats)
@@ -205,8 +205,9 @@ class LayerRound:
             self.handle = self.comm_thread.submit(lambda: (copied and copied(), send())[1])
 
     def _more_rows_than_planned(self, rows: int) -> None:
-        """A step with more rows of factors than planned: sent as they are while they weigh
-        less than the gradient (said once), else FactorOverflowError naming the layer."""
+        """A step with more rows of factors than planned: sent as they are up to
+        `factor_limit` (a log line each time the most rows grows), else FactorOverflowError
+        naming the layer and why."""
         assert self.factors is not None
         floats = rows * self.factors.width
         if self.local is not None or floats > self.factor_limit:
