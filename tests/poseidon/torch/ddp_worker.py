@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from poseidon.config import LAUNCHER_RANK, LAUNCHER_SIZE
-from tests.poseidon.torch.models import CASES, GLOBAL_BATCH, batches
+from tests.poseidon.torch.models import CASES, batches
 
 
 def train_case(case: str, steps: int, out_dir: Path, rank: int, size: int,
@@ -44,11 +44,11 @@ def train_case(case: str, steps: int, out_dir: Path, rank: int, size: int,
     optimizers = spec.optimizers(model)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10) if spec.scaler else None
     emulated = int(os.environ.get("REFERENCE_WORKERS", "1"))
-    per_rank = GLOBAL_BATCH // size
     for step, (x, y) in enumerate(batches(steps, spec)):
         x, y = x.to(device), y.to(device)
         if distributed:
             print(f"{case} step {step}", flush=True)  # the fault tests wait for these
+        per_rank = x.shape[0] // size
         rows = slice(rank * per_rank, (rank + 1) * per_rank)
         if not distributed and spec.batch_stats and emulated > 1:
             spec.train_step_as_workers(model, optimizers, x, y, emulated)

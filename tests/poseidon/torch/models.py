@@ -29,6 +29,11 @@ class Case:
     scaler: bool = False  # float16 autocast with a GradScaler
     evaluate: bool = False  # an eval() forward, with and without autograd, after each step
     split_optimizer: bool = False  # one optimizer per half of the parameters
+    # Each step's global batch in turn (divisible by 1 to 4 workers); default GLOBAL_BATCH.
+    batch_sizes: tuple[int, ...] = ()
+
+    def batch_size(self, step: int) -> int:
+        return self.batch_sizes[step % len(self.batch_sizes)] if self.batch_sizes else GLOBAL_BATCH
 
     def optimizers(self, model: nn.Module) -> list[torch.optim.Optimizer]:
         params = list(model.parameters())
@@ -179,6 +184,8 @@ CASES = {
     "accumulate": Case(mlp, {"scheme": "sfb", "accumulation_steps": 2}, accumulate=2),
     # A DDP script as written: no_sync() accumulation and no hint (twice the rows planned).
     "accumulate-unhinted": Case(mlp, {"scheme": "sfb"}, accumulate=2),
+    # A batch that grows after the first step (twice the rows planned) and a short last one.
+    "changing-batch": Case(mlp, {"scheme": "sfb"}, batch_sizes=(12, 24, 24, 12)),
     "accumulate-ps": Case(mlp, {"scheme": "ps"}, accumulate=2),
     "unused": Case(Unused, {"scheme": "sfb"}),
     "frozen": Case(frozen, {"scheme": "sfb"}),
@@ -198,8 +205,9 @@ CASES = {
 
 def batches(steps: int, case: Case) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator().manual_seed(42)
-    for _ in range(steps):
-        shape = (GLOBAL_BATCH, case.sequence, IN) if case.sequence else (GLOBAL_BATCH, IN)
+    for step in range(steps):
+        size = case.batch_size(step)
+        shape = (size, case.sequence, IN) if case.sequence else (size, IN)
         x = torch.randn(shape, generator=generator)
-        y = torch.randint(0, CLASSES, (GLOBAL_BATCH,), generator=generator)
+        y = torch.randint(0, CLASSES, (size,), generator=generator)
         yield x, y

@@ -11,7 +11,7 @@ from tests.poseidon.torch.models import CASES
 from tests.poseidon.torch.test_ddp import STEPS, assert_like_one_process
 
 # A machine's gather slots are sized by the plan: accumulation needs its hint there.
-NEEDS_ONE_WORKER_PER_MACHINE = {"accumulate-unhinted"}
+NEEDS_ONE_WORKER_PER_MACHINE = {"accumulate-unhinted", "changing-batch"}
 
 
 def test_two_machines_of_two_end_as_one_process(tmp_path: Path) -> None:
