@@ -28,8 +28,8 @@ CMAKE_SETTINGS = ["--config-settings=cmake.define.POSEIDON_BUILD_TESTS=ON",
 
 @pytest.fixture(scope="module")
 def fresh_env(tmp_path_factory) -> Path:
-    if not (REPO / "pyproject.toml").is_file() or shutil.which("cmake") is None:
-        pytest.skip("needs the source checkout and cmake to build the wheel")
+    if not (REPO / "pyproject.toml").is_file():
+        pytest.skip("needs the source checkout to build the wheel")
     root = tmp_path_factory.mktemp("installed")
     wheels = root / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
