@@ -46,6 +46,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 # C++ runtime inside _C beside the shared one torch loads, whose locale facets don't match
 # (a segfault at import, in ostream << double). The distribution's compiler links it shared.
 if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; fi
+rm -rf build/py  # a warm machine keeps it, with the compiler a CMake cache remembers
 # The pybind11 this project builds with here (carried), not whatever the image has.
 build() {
   python3 -m pip install -q --no-build-isolation --no-deps \
