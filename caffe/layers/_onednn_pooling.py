@@ -124,9 +124,9 @@ class OneDnnMaxPool:
 # So with no padding Caffe's divisor is exclude-padding's (the overhang is all that is
 # clipped), and with padding it is include-padding's as long as no window hangs past the
 # padded input; otherwise neither, and the layer keeps PyTorch's kernel, which follows
-# Caffe's rule everywhere. Only the forward goes through oneDNN: 3.5x as fast as PyTorch's
-# NCHW kernel on CIFAR-10 quick's pools, where oneDNN's backward, its reorders included, was
-# slower on one of them (docs/benchmarks.md, bench/pooling_kernels.py).
+# Caffe's rule everywhere. Only the forward goes through oneDNN: 2.7x as fast as PyTorch's
+# NCHW kernel on CIFAR-10 quick's pools (bench/pooling_kernels.py, docs/benchmarks.md),
+# where oneDNN's backward, its reorders included, was 2.7x slower on pool2.
 
 
 def ave_include_padding(

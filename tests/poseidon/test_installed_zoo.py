@@ -13,6 +13,7 @@ checkout's editable install stays out.
 
 from __future__ import annotations
 
+import os
 import shutil
 import site
 import subprocess
@@ -50,8 +51,6 @@ def fresh_env(tmp_path_factory) -> Path:
 
 
 def poseidon(env: Path, *args: str, cwd: Path, extra: dict[str, str] | None = None):
-    import os
-
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("POSEIDON_", "PYTHON"))}
     return subprocess.run([str(env / "bin" / "poseidon"), *args], cwd=cwd, capture_output=True,
                           text=True, timeout=300, env={**clean, **(extra or {})})  # fmt: skip
