@@ -17,7 +17,8 @@
 # ../.library/device/README.md):   bench/gpu_wheels.sh
 # Then, with the device tool:       run(command="GPU_SECONDS=480 bash bench/gpu_session.sh",
 #                                       carry=[".whl"], timeout_s=500)
-# (GPU_SECONDS: the tests get what is left of it after the build and the profiles.) On
+# (GPU_SECONDS: the tests get what is left of it after the build and the profiles. GPU_STEPS:
+# which steps, e.g. GPU_STEPS="cuda_tests profiles_fp32" to re-run only those.) On
 # 2026-12-04 the build took 40 s, the CUDA tests 86 s, the three profiles 60 s.
 # and copy what comes back into docs/benchmarks.md with the device's name.
 set -uo pipefail
@@ -67,37 +68,58 @@ if ! timeout 60 python3 -c "import torch, poseidon._C, caffe.parallel; print('im
   exit 1
 fi
 
+# Each step is a function; GPU_STEPS picks which run and in what order (default: all, in order
+# of need), so a second session can re-run only what the first left open.
 # TF32 is the regime of the derived A100/H100 profiles (profile_derive.py); FP32 is Caffe's.
-step "H200 compute profiles, TF32"
-for model in vgg19_22k resnet50 inception_v3; do
-  CAFFE_ALLOW_TF32=1 timeout 35 python3 -m poseidon.cli profile --model "$model" --batch 32 \
-    --device cuda --iterations 5 --warmup 2 -o "$OUT/$model.h200.json" \
-    || echo "profile of $model failed"
-done
+profiles_tf32() {
+  step "H200 compute profiles, TF32"
+  for model in vgg19_22k resnet50 inception_v3; do
+    CAFFE_ALLOW_TF32=1 timeout 35 python3 -m poseidon.cli profile --model "$model" --batch 32 \
+      --device cuda --iterations 5 --warmup 2 -o "$OUT/$model.h200.json" \
+      || echo "profile of $model failed"
+  done
+}
 
-step "CUDA tests"
-left=$(( ${GPU_SECONDS:-400} - SECONDS - 10 ))
-timeout $(( left > 150 ? 150 : left )) python3 -m pytest -v -m cuda tests -p no:cacheprovider --timeout 90 \
-  --junitxml="$OUT/cuda-tests.xml" > "$OUT/cuda-tests.log" 2>&1
-tail -30 "$OUT/cuda-tests.log"
+cuda_tests() {
+  step "CUDA tests"
+  local left=$(( ${GPU_SECONDS:-400} - SECONDS - 10 ))
+  timeout $(( left > 150 ? 150 : left )) python3 -m pytest -v -m cuda tests -p no:cacheprovider \
+    --timeout 90 --junitxml="$OUT/cuda-tests.xml" > "$OUT/cuda-tests.log" 2>&1
+  tail -30 "$OUT/cuda-tests.log"
+}
 
-step "device rates for the time-based cost model"
-timeout 40 python3 -m poseidon.cli profile --rates --device cuda --powersgd-rank 4
+rates() {
+  step "device rates for the time-based cost model"
+  timeout 40 python3 -m poseidon.cli profile --rates --device cuda --powersgd-rank 4
+}
 
-step "collectives between two processes on one GPU (the local stage when workers share it)"
-timeout 60 python3 bench/shared_gpu_probe.py
+shared_gpu() {
+  step "collectives between two processes on one GPU (the local stage when workers share it)"
+  timeout 60 python3 bench/shared_gpu_probe.py
+}
 
-step "engine vs torch, VGG19 batch 32, CUDA"
-timeout 70 python3 bench/engine_vs_torch.py --device cuda --models vgg19 --batch 32 --rounds 3
+engine_vs_torch() {
+  step "engine vs torch, VGG19 batch 32, CUDA"
+  timeout 70 python3 bench/engine_vs_torch.py --device cuda --models vgg19 --batch 32 --rounds 3
+}
 
-step "data pipeline into a CUDA blob"
-cores=$(nproc)
-timeout 70 python3 bench/data_throughput.py --device cuda --rounds 1 \
-  --threads "1,$((cores / 2)),$cores"
+data_pipeline() {
+  step "data pipeline into a CUDA blob"
+  local cores
+  cores=$(nproc)
+  timeout 70 python3 bench/data_throughput.py --device cuda --rounds 1 \
+    --threads "1,$((cores / 2)),$cores"
+}
 
-step "H200 compute profiles, FP32"
-for model in vgg19_22k resnet50 inception_v3; do
-  timeout 40 python3 -m poseidon.cli profile --model "$model" --batch 32 --device cuda \
-    --iterations 5 --warmup 2 -o "$OUT/$model.h200-fp32.json" || echo "profile of $model failed"
+profiles_fp32() {
+  step "H200 compute profiles, FP32"
+  for model in vgg19_22k resnet50 inception_v3; do
+    timeout 40 python3 -m poseidon.cli profile --model "$model" --batch 32 --device cuda \
+      --iterations 5 --warmup 2 -o "$OUT/$model.h200-fp32.json" || echo "profile of $model failed"
+  done
+}
+
+for name in ${GPU_STEPS:-profiles_tf32 cuda_tests rates shared_gpu engine_vs_torch data_pipeline profiles_fp32}; do
+  "$name"
 done
 step "done"

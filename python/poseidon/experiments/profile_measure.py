@@ -289,6 +289,8 @@ def software_info(kind: str) -> dict[str, Any]:
     if kind == "cuda":
         info["cuda"] = torch.version.cuda
         info["cudnn"] = torch.backends.cudnn.version()
+        # TF32 or full FP32 changes a convolution's time 2-3x (CAFFE_ALLOW_TF32; caffe/common.py).
+        info["tf32"] = bool(torch.backends.cudnn.allow_tf32)
     return info
 
 

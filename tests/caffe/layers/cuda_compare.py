@@ -37,16 +37,19 @@ def _build(text: str, arrays, num_tops: int, phase: int, device: torch.device):
     return layer, bottom, top
 
 
-def _passes(layer: Layer, bottom, top, top_diffs, propagate) -> tuple[list, list, list]:
+def _forward(layer: Layer, bottom, top) -> list:
     layer.run_forward(bottom, top)
-    outputs = [t.data.copy() for t in top]
+    return [t.data.copy() for t in top]
+
+
+def _backward(layer: Layer, bottom, top, top_diffs, propagate) -> tuple[list, list]:
     for blob in layer.blobs:
         blob.diff[...] = 0
     for blob, diff in zip(top, top_diffs):
         blob.diff[...] = diff
     layer.run_backward(top, propagate, bottom)
     bottom_diffs = [b.diff.copy() if down else None for b, down in zip(bottom, propagate)]
-    return outputs, bottom_diffs, [b.diff.copy() for b in layer.blobs]
+    return bottom_diffs, [b.diff.copy() for b in layer.blobs]
 
 
 def assert_cuda_matches_cpu(
@@ -65,13 +68,16 @@ def assert_cuda_matches_cpu(
     gpu = _build(text, arrays, num_tops, phase, torch.device(device))
     for source, target in zip(cpu[0].blobs, gpu[0].blobs):
         target.data[...] = source.data
-    # The tops' shapes are set up already: no extra forward here, which would advance a
-    # stateful layer (a recurrent layer's carried hidden state) on the CPU side only.
+    # One forward per side (a second would advance a stateful layer, a recurrent layer's
+    # carried hidden state, on one side only); the top diffs are drawn after it, from the
+    # tops' shapes as the forward left them (Filter's depend on the selector's values).
+    expected = [_forward(*cpu)]
+    got = [_forward(*gpu)]
     rng = np.random.default_rng(0)
     top_diffs = [rng.standard_normal(t.shape).astype(np.float32) for t in cpu[2]]
     propagate = [True] * len(arrays) if propagate is None else list(propagate)
-    expected = _passes(*cpu, top_diffs, propagate)
-    got = _passes(*gpu, top_diffs, propagate)
+    expected += _backward(*cpu, top_diffs, propagate)
+    got += _backward(*gpu, top_diffs, propagate)
     for kind, want_list, got_list in zip(("top", "bottom diff", "param diff"), expected, got):
         for i, (want, have) in enumerate(zip(want_list, got_list)):
             if want is None:
