@@ -66,7 +66,7 @@ def alexnet() -> nn.Module:
     )  # fmt: skip
 
 
-def vgg19() -> nn.Module:
+def vgg19(classes: int = 1000) -> nn.Module:
     layers: list[nn.Module] = []
     channels = 3
     for width, convs in ((64, 2), (128, 2), (256, 4), (512, 4), (512, 4)):
@@ -76,9 +76,14 @@ def vgg19() -> nn.Module:
         layers.append(nn.MaxPool2d(2, 2, ceil_mode=True))
     layers += [
         nn.Flatten(), nn.Linear(25088, 4096), nn.ReLU(), nn.Dropout(0.5),
-        nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(0.5), nn.Linear(4096, 1000),
+        nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(0.5), nn.Linear(4096, classes),
     ]  # fmt: skip
     return nn.Sequential(*layers)
+
+
+def vgg19_22k() -> nn.Module:
+    """The paper's VGG19-22K: VGG19 classifying ImageNet's 21,841 classes."""
+    return vgg19(21841)
 
 
 # model -> (torch.nn builder, batch size, input shape without batch, classes)
@@ -87,6 +92,7 @@ MODELS = {
     "cifar10_quick": (cifar10_quick, 100, (3, 32, 32), 10),
     "alexnet": (alexnet, 8, (3, 227, 227), 1000),
     "vgg19": (vgg19, 32, (3, 224, 224), 1000),
+    "vgg19_22k": (vgg19_22k, 32, (3, 224, 224), 21841),
 }
 DEFAULT_MODELS = {"cpu": "lenet,cifar10_quick,alexnet", "cuda": "lenet,cifar10_quick,alexnet,vgg19"}
 

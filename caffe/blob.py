@@ -20,12 +20,13 @@ send a layer's gradient as one range without copying.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 
 from caffe.common import compute_device
+from caffe.heap import lazy_zeros
 from caffe.synced_memory import SyncedTensor
 
 DTYPE = torch.float32
@@ -79,6 +80,8 @@ class Blob:
         self._diff: SyncedTensor | None = None
         self._diff_view: torch.Tensor | None = None
         self._fixed = False  # bound to a parameter buffer: the count never changes
+        # Called before the data is first allocated: a deferred fill (caffe/fillers.py).
+        self._before_first_data: Callable[[], None] | None = None
 
     # ----- shape -----------------------------------------------------------------
     @property
@@ -166,13 +169,28 @@ class Blob:
         setattr(self, which + "_view", view)
 
     def _new_half(self) -> SyncedTensor:
-        return SyncedTensor(torch.zeros(self._count, dtype=DTYPE, device=self.device))
+        # Zeros as Caffe's SyncedMemory gives them, resident only once written (caffe/heap.py).
+        return SyncedTensor(lazy_zeros(self._count, self.device))
+
+    def await_fill(self, draw: Callable[[], None] | None) -> None:
+        """Have `draw` (which fills this blob's data) run before the data is first allocated,
+        or, with None, forget it (Note [deferred fills] in caffe/fillers.py)."""
+        self._before_first_data = draw
+
+    @property
+    def awaits_fill(self) -> bool:
+        """Whether a deferred fill has yet to write this blob's data (none allocated yet)."""
+        return self._before_first_data is not None and self._data is None
 
     @property
     def data_tensor(self) -> torch.Tensor:
         """The data on the blob's device, this blob's memory. Callers may write it in place."""
         half = self._data
         if half is None:
+            draw, self._before_first_data = self._before_first_data, None
+            if draw is not None:
+                draw()  # fills this blob (allocating it) and every fill pending before it
+                return self.data_tensor
             self._hold(_DATA, self._new_half())
         elif not half.on_cpu:
             half.device()

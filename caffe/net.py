@@ -23,8 +23,9 @@ import torch
 from caffe.blob import Blob
 from caffe.common import SHAPES_ONLY_DEVICE, compute_device, root_solver
 from caffe.errors import NetError
+from caffe.fillers import deferred_fills, flush_fills
 from caffe.formats.net_io import NetWeightsMixin
-from caffe.heap import keep_step_buffers_once
+from caffe.heap import keep_step_buffers_once, lazy_zeros
 from caffe.insert_splits import insert_splits
 from caffe.layer import Layer, create_layer
 from caffe.net_filter import filter_net
@@ -69,6 +70,16 @@ class Net(PycaffeNetMixin, NetWeightsMixin, NetViewsMixin):
 
     # ----- construction ---------------------------------------------------------------
     def _init(self, in_param: caffe_pb2.NetParameter) -> None:
+        # Weights are drawn into the parameter buffer once it exists (Note [deferred fills]).
+        with deferred_fills() as pending_fills:
+            self._build(in_param, pending_fills)
+        self.debug_info = self.param.debug_info
+        if root_solver():
+            for blob_id in self._outputs:
+                _log.info("This network produces output %s", self._blob_names[blob_id])
+            _log.info("Network initialization done.")
+
+    def _build(self, in_param: caffe_pb2.NetParameter, pending_fills: list) -> None:
         param = insert_splits(filter_net(in_param, in_param.state))
         self.param = param
         self.name = param.name
@@ -136,7 +147,7 @@ class Net(PycaffeNetMixin, NetWeightsMixin, NetViewsMixin):
                     self._append_top(layer_param, layer_id, top_id, None, None)
             if root_solver():
                 _log.info("Setting up %s", layer_param.name)
-            layer.run_setup(self._bottom_vecs[layer_id], self._top_vecs[layer_id])
+            self._set_up(layer, layer_id, pending_fills)
             for top_id, blob_id in enumerate(self._top_id_vecs[layer_id]):
                 top = self._blobs[blob_id]
                 self._blob_loss_weights[blob_id] = layer.loss(top_id)
@@ -172,11 +183,28 @@ class Net(PycaffeNetMixin, NetWeightsMixin, NetViewsMixin):
             layer.need_backward = self._layer_need_backward[i]
             layer.bottom_need_backward = list(self._bottom_need_backward[i])
         self._allocate_param_buffers()
-        self.debug_info = param.debug_info
-        if root_solver():
-            for blob_id in self._outputs:
-                _log.info("This network produces output %s", self._blob_names[blob_id])
-            _log.info("Network initialization done.")
+
+    def _set_up(self, layer: Layer, layer_id: int, pending_fills: list) -> None:
+        """run_setup, keeping deferred fills in the order they would have drawn: a user's
+        layer may draw at setup, so fills pending before it draw first; a built-in layer
+        announces its draws (flush_fills), and one that did not is named (Note [deferred
+        fills] in caffe/fillers.py)."""
+        bottom, top = self._bottom_vecs[layer_id], self._top_vecs[layer_id]
+        if layer.layer_param.type == "Python":
+            flush_fills()
+        if not pending_fills:
+            layer.run_setup(bottom, top)
+            return
+        state = torch.random.get_rng_state()
+        first_pending = pending_fills[0]
+        layer.run_setup(bottom, top)
+        unflushed = bool(pending_fills) and pending_fills[0] is first_pending
+        if unflushed and not torch.equal(state, torch.random.get_rng_state()):
+            raise NetError(
+                f"Layer '{layer.layer_param.name}' (type {layer.layer_param.type}) drew from "
+                "torch's random generator at setup while weight fills were deferred, which "
+                "reorders the draws: it must call caffe.fillers.flush_fills() first"
+            )
 
     def _append_top(self, layer_param, layer_id, top_id, available, name_to_idx) -> None:
         has_name = top_id < len(layer_param.top)
@@ -335,7 +363,7 @@ class Net(PycaffeNetMixin, NetWeightsMixin, NetViewsMixin):
         """Move every owned parameter into one flat data and one flat diff buffer."""
         total = sum(b.count for b in self.learnable_params)
         self.param_data = torch.empty(total, dtype=torch.float32, device=self.device)
-        self.param_diff = torch.zeros(total, dtype=torch.float32, device=self.device)
+        self.param_diff = lazy_zeros(total, self.device)
         self.layer_param_range: list[tuple[int, int]] = []
         offset = 0
         offsets: dict[int, int] = {id(b): -1 for b in self.learnable_params}
@@ -347,7 +375,8 @@ class Net(PycaffeNetMixin, NetWeightsMixin, NetViewsMixin):
                 offsets[id(blob)] = offset
                 count = blob.count
                 data_view = self.param_data[offset : offset + count]
-                data_view.copy_(blob.data_tensor.reshape(-1))
+                if not blob.awaits_fill:  # a deferred fill draws into the buffer later
+                    data_view.copy_(blob.data_tensor.reshape(-1))
                 blob.bind_storage(data_view, self.param_diff[offset : offset + count])
                 offset += count
             self.layer_param_range.append((start, offset))

@@ -25,12 +25,14 @@ import torch
 
 from caffe.data.image_codec import decode_image
 from caffe.errors import CaffeError, LayerError
+from caffe.fillers import flush_fills
 from caffe.formats.weights_io import read_blobproto
 from caffe.proto import caffe_pb2
 
 
 def seeded_generator() -> torch.Generator:
     """A CPU generator seeded from torch's global generator (so set_random_seed governs it)."""
+    flush_fills()  # weights set up before this layer draw first (Note [deferred fills])
     seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())
     return torch.Generator().manual_seed(seed)
 

@@ -66,5 +66,9 @@ class DummyDataLayer(Layer):
 
     def forward(self, bottom, top):
         for blob, shape, filler, refill in zip(top, self.shapes, self.fillers, self.refill):
-            if refill:
+            if not refill:
+                continue
+            if blob.device.type == "cpu":  # drawn into the top: the same values, no temporary
+                filler_values(filler, tuple(shape), out=blob.data_tensor)
+            else:
                 blob.set_data(filler_values(filler, tuple(shape)).to(self.device))

@@ -50,6 +50,7 @@ from caffe.common import root_solver
 from caffe.data.image_codec import decode_image, join_root, pillow, read_image
 from caffe.data.prefetch import BatchLoader, PrefetchingDataLayer, layer_label
 from caffe.errors import CaffeError
+from caffe.fillers import flush_fills
 from caffe.formats.weights_io import read_blobproto
 from caffe.layer import register_layer
 
@@ -323,6 +324,7 @@ class WindowDataLayer(PrefetchingDataLayer):
                              f"and {len(windows.background)} background windows; WindowData "
                              f"needs both")  # fmt: skip
         if self._seed is None:
+            flush_fills()  # Note [deferred fills] (caffe/fillers.py)
             self._seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64))
         loader = WindowLoader(self, windows, self._seed, where)
         loader.mean = self._mean(t)

@@ -62,6 +62,7 @@ from caffe.common import (
 )
 from caffe.errors import SolverError
 from caffe.formats.proto_io import read_solver_param
+from caffe.heap import lazy_zeros
 from caffe.net import Net
 from caffe.proto import caffe_pb2
 from caffe.solvers.divergence import DivergenceGuard, check_nonfinite_limit
@@ -146,7 +147,8 @@ class Solver(SolverSnapshotMixin):
         # buffers, so that a rule can update many parameters with one op (caffe/solvers/
         # sgd.py); `history` holds its per-parameter views, set by set (Caffe's order).
         self.history_buffers: list[torch.Tensor] = [
-            torch.zeros_like(self.net.param_data) for _ in range(self.history_sets)
+            lazy_zeros(self.net.param_data.numel(), self.net.param_data.device)
+            for _ in range(self.history_sets)
         ]
         self.history: list[torch.Tensor] = [
             buffer[offset : offset + blob.count].view(blob.shape_tuple)
