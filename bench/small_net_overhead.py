@@ -354,6 +354,58 @@ def measure_case(case: Case, iters: int, rounds: int) -> list[tuple[str, str, fl
     return [(case.name, "fwd+bwd", *fwd_bwd), (case.name, "step", *step)]
 
 
+# ----- the ATen floor ---------------------------------------------------------------------------
+def logreg_step_ops(x, label, w, b, w_diff, b_diff, w_hist, b_hist, out, minus_ones, lr: float):  # type: ignore[no-untyped-def]
+    """The logreg step as bare ATen ops, no engine: forward, loss, gradients, weight decay,
+    momentum and the update, 26 ATen calls on the notebook's 10x4 batch and 2x4 weights."""
+    torch.addmm(b, x, w.t(), out=out)
+    log_prob = torch.log_softmax(out, 1)
+    loss = -log_prob.gather(1, label.unsqueeze(1)).clamp_min(-87.3).sum() / 10
+    grad = torch.exp(log_prob)
+    grad.scatter_add_(1, label.unsqueeze(1), minus_ones)
+    grad.mul_(0.1)
+    w_diff.addmm_(grad.t(), x)
+    b_diff.add_(grad.sum(0))
+    w_diff.add_(w, alpha=5e-4)
+    w_hist.mul_(0.9).add_(w_diff, alpha=lr)
+    b_hist.mul_(0.9).add_(b_diff, alpha=lr)
+    w.sub_(w_hist)
+    b.sub_(b_hist)
+    w_diff.zero_()
+    b_diff.zero_()
+    return loss
+
+
+def aten_floor(iters: int = 20000) -> None:
+    """What the step's ATen ops cost with no engine around them: one op from Python, the
+    26-call step in eager PyTorch, and the same step compiled by TorchScript (its interpreter
+    runs the ops from C++, no Python between them)."""
+    import timeit
+    import warnings
+
+    tensors = [torch.randn(10, 4), torch.randint(0, 2, (10,)), torch.randn(2, 4), torch.zeros(2),
+               torch.zeros(2, 4), torch.zeros(2), torch.zeros(2, 4), torch.zeros(2),
+               torch.empty(10, 2), torch.full((10, 1), -1.0)]  # fmt: skip
+    args = (*tensors, 0.01)
+    small = torch.randn(10, 2)
+
+    def best_us(call) -> float:  # type: ignore[no-untyped-def]
+        return min(timeit.repeat(call, number=iters, repeat=5)) / iters * 1e6
+
+    for label, call in (("x.sum()", small.sum), ("torch.exp(x)", lambda: torch.exp(small)),
+                        ("x.mul_(1.0)", lambda: small.mul_(1.0))):  # fmt: skip
+        print(f"one op from Python, {label:<14} {best_us(call):6.2f} us")
+    eager = best_us(lambda: logreg_step_ops(*args))
+    print(f"logreg step, 26 ATen calls, eager       {eager:6.2f} us")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TorchScript's deprecation notice
+        scripted = torch.jit.script(logreg_step_ops)
+    for _ in range(20):
+        scripted(*args)
+    print(f"logreg step, 26 ATen calls, TorchScript {best_us(lambda: scripted(*args)):6.2f} us")
+    print("BVLC's C++ caffe train, same solver (its notebook's log): 12.7 us per iteration")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -364,7 +416,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="runs of the notebook cell, best reported (0: skip)")  # fmt: skip
     parser.add_argument("--ops", action="store_true",
                         help="also print the ATen ops per iteration of each side")  # fmt: skip
+    parser.add_argument("--floor", action="store_true",
+                        help="only time the logreg step as bare ATen ops")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.floor:
+        aten_floor()
+        return 0
     caffe.set_mode_cpu()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, numpy "
           f"{np.__version__}, python {sys.version.split()[0]}, batch {BATCH}")  # fmt: skip
