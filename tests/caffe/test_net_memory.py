@@ -235,17 +235,24 @@ def mib(field):
     status = open("/proc/self/status").read()
     return int(re.search(field + r":\s+(\d+)", status).group(1)) / 1024
 
-net = text_format.Parse('''
-layer { name: "in" type: "DummyData" top: "x" top: "label"
-        dummy_data_param { shape { dim: 64 dim: 4096 } shape { dim: 64 }
-                           data_filler { type: "gaussian" } data_filler { value: 1 } } }
-layer { name: "fc" type: "InnerProduct" bottom: "x" top: "fc"
-        inner_product_param { num_output: 6400 weight_filler { type: "gaussian" std: 0.01 } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
-''', caffe_pb2.NetParameter())
-param = caffe_pb2.SolverParameter(net_param=net, base_lr=0.01, momentum=0.9, lr_policy="fixed",
-                                  max_iter=1, display=0, snapshot_after_train=False)
+def solver_param(outputs):
+    net = text_format.Parse('''
+    layer { name: "in" type: "DummyData" top: "x" top: "label"
+            dummy_data_param { shape { dim: 64 dim: 4096 } shape { dim: 64 }
+                               data_filler { type: "gaussian" } data_filler { value: 1 } } }
+    layer { name: "fc" type: "InnerProduct" bottom: "x" top: "fc"
+            inner_product_param { num_output: %d weight_filler { type: "gaussian" std: 0.01 } } }
+    layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+    ''' % outputs, caffe_pb2.NetParameter())
+    return caffe_pb2.SolverParameter(net_param=net, base_lr=0.01, momentum=0.9,
+                                     lr_policy="fixed", max_iter=1, display=0,
+                                     snapshot_after_train=False)
+
 caffe.set_random_seed(1)
+# A small build and step first: the first net imports every layer module and sets up the
+# allocator; what is measured below is the big net's own memory.
+caffe.SGDSolver(solver_param(2)).step(1)
+param = solver_param(6400)
 open("/proc/self/clear_refs", "w").write("5")  # VmHWM := VmRSS: the build's own peak
 before = mib("VmRSS")
 solver = caffe.SGDSolver(param)
@@ -260,7 +267,8 @@ def test_building_holds_the_weights_once(tmp_path):
     """Building a net and its solver makes the weights resident once: they are drawn into the
     net's parameter buffer (Note [deferred fills]), and the parameter diffs, the solver's
     history and the activations stay untouched zeros until a step writes them (Note [zeros
-    untouched until written]). Before, this build held the 100 MiB of weights about 3x."""
+    untouched until written]). Before, this build held the 100 MiB of weights about 3x
+    (319 MiB)."""
     import subprocess
     import sys
 
@@ -269,6 +277,6 @@ def test_building_holds_the_weights_once(tmp_path):
                          env={**os.environ, "GLOG_minloglevel": "2"})  # fmt: skip
     assert out.returncode == 0, out.stderr
     built, trained = map(float, out.stdout.split()[-2:])
-    assert built <= 1.25 * weights_mib, f"build peak {built:.0f} MiB over {weights_mib:.0f}"
+    assert built <= 1.15 * weights_mib, f"build peak {built:.0f} MiB over {weights_mib:.0f}"
     # The step writes the diff and the history: resident now, so the zeros were real.
     assert trained >= 2 * weights_mib
