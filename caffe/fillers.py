@@ -129,7 +129,8 @@ def deferred_fills() -> Iterator[list[tuple[Blob, caffe_pb2.FillerParameter]]]:
         pending.clear()
         raise
     finally:
-        lists.remove(pending)
+        popped = lists.pop()  # builds nest within a thread: the innermost ends first
+        assert popped is pending, "deferred fill scopes ended out of order"
     _draw_all(pending)
 
 

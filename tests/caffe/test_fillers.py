@@ -14,7 +14,9 @@ import torch
 from google.protobuf import text_format
 
 import caffe
+import caffe.fillers
 import caffe.net
+from caffe.blob import Blob
 from caffe.errors import NetError
 from caffe.fillers import filler_values
 from caffe.layer import Layer, layer_class
@@ -199,3 +201,24 @@ def test_a_layer_reading_its_weights_at_setup_sees_them_filled(monkeypatch):
     np.testing.assert_array_equal(seen[0], np.full((3, 4), 2, np.float32))
     np.testing.assert_array_equal(seen[1], net.params["b"][0].data)
     assert np.abs(seen[1]).sum() > 0
+
+
+def test_a_net_built_inside_a_build_keeps_both_orders():
+    """Nested builds (a layer whose setup builds a net): the outer fills pending before the
+    inner build draw first, and each net gets the weights that filling at once gives."""
+    text = """layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 2 dim: 4 } } }
+        layer { name: "ip" type: "InnerProduct" bottom: "x" top: "h"
+                inner_product_param { num_output: 3 weight_filler { type: "gaussian" } } }"""
+    param = text_format.Parse(text, caffe_pb2.NetParameter())
+    caffe.set_random_seed(5)
+    expected_outer = filler_values(filler('type: "gaussian"'), (3, 4)).numpy()
+    expected_inner = filler_values(filler('type: "gaussian"'), (3, 4)).numpy()
+    with caffe.fillers.deferred_fills() as outer_pending:
+        caffe.set_random_seed(5)
+        outer = Blob((3, 4))
+        caffe.fillers.fill(outer, filler('type: "gaussian"'))
+        assert len(outer_pending) == 1 and outer.awaits_fill
+        inner = caffe.Net(param)  # its own scope: the outer fill draws first
+        assert not outer_pending
+    np.testing.assert_array_equal(outer.data, expected_outer)
+    np.testing.assert_array_equal(inner.params["ip"][0].data, expected_inner)
