@@ -19,7 +19,7 @@
 #                                       carry=[".whl"], timeout_s=500)
 # (GPU_SECONDS: the tests get what is left of it after the build and the profiles. GPU_STEPS:
 # which steps, e.g. GPU_STEPS="cuda_tests profiles_fp32" to re-run only those.) On
-# 2026-12-04 the build took 40 s, the CUDA tests 86 s, the three profiles 60 s.
+# 2026-12-04 the build took 40-70 s, the CUDA tests 76-126 s, the three profiles 60 s.
 # and copy what comes back into docs/benchmarks.md with the device's name.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
@@ -71,19 +71,24 @@ fi
 # Each step is a function; GPU_STEPS picks which run and in what order (default: all, in order
 # of need), so a second session can re-run only what the first left open.
 # TF32 is the regime of the derived A100/H100 profiles (profile_derive.py); FP32 is Caffe's.
-profiles_tf32() {
-  step "H200 compute profiles, TF32"
+# profiles SUFFIX SECONDS [VAR=VALUE...]: the three models' profiles, to $OUT/<model>.SUFFIX.json.
+profiles() {
+  local suffix=$1 seconds=$2 model
+  shift 2
+  step "H200 compute profiles, $suffix"
   for model in vgg19_22k resnet50 inception_v3; do
-    CAFFE_ALLOW_TF32=1 timeout 35 python3 -m poseidon.cli profile --model "$model" --batch 32 \
-      --device cuda --iterations 5 --warmup 2 -o "$OUT/$model.h200.json" \
+    env "$@" timeout "$seconds" python3 -m poseidon.cli profile --model "$model" --batch 32 \
+      --device cuda --iterations 5 --warmup 2 -o "$OUT/$model.$suffix.json" \
       || echo "profile of $model failed"
   done
 }
+profiles_tf32() { profiles h200 35 CAFFE_ALLOW_TF32=1; }
+profiles_fp32() { profiles h200-fp32 40; }
 
 cuda_tests() {
   step "CUDA tests"
   local left=$(( ${GPU_SECONDS:-400} - SECONDS - 10 ))
-  timeout $(( left > 150 ? 150 : left )) python3 -m pytest -v -m cuda tests -p no:cacheprovider \
+  timeout $(( left > 200 ? 200 : left )) python3 -m pytest -v -m cuda tests -p no:cacheprovider \
     --timeout 90 --junitxml="$OUT/cuda-tests.xml" > "$OUT/cuda-tests.log" 2>&1
   tail -30 "$OUT/cuda-tests.log"
 }
@@ -109,14 +114,6 @@ data_pipeline() {
   cores=$(nproc)
   timeout 70 python3 bench/data_throughput.py --device cuda --rounds 1 \
     --threads "1,$((cores / 2)),$cores"
-}
-
-profiles_fp32() {
-  step "H200 compute profiles, FP32"
-  for model in vgg19_22k resnet50 inception_v3; do
-    timeout 40 python3 -m poseidon.cli profile --model "$model" --batch 32 --device cuda \
-      --iterations 5 --warmup 2 -o "$OUT/$model.h200-fp32.json" || echo "profile of $model failed"
-  done
 }
 
 for name in ${GPU_STEPS:-profiles_tf32 cuda_tests rates shared_gpu engine_vs_torch data_pipeline profiles_fp32}; do

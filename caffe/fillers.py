@@ -100,9 +100,10 @@ def _bilinear(shape: tuple[int, ...]) -> torch.Tensor:
 # to draw, and the net draws it into the buffer, in the recorded order, once allocated: the
 # same values as drawing at once, because nothing else draws from torch's global generator
 # in between. Whatever does draw during a build calls `flush_fills()` first: the data
-# layers' `seeded_generator`, WindowData's seed, and the net before a user's Python layer's
-# setup; the net checks every built-in layer's setup (the generator's state across it, with
-# fills pending) and names one that drew unannounced. Reading a pending blob's data early (a
+# layers' `seeded_generator`, WindowData's seed, and the net before the setup of a user's
+# layer (a Python layer, a class registered from outside the project: Net._set_up); the net
+# checks every built-in layer's setup (the generator's state across it, with fills pending)
+# and names one that drew unannounced. Reading a pending blob's data early (a
 # layer that reads its weights at setup) draws every fill pending up to it first.
 _builds = threading.local()  # .pending: one list of (blob, filler) per net being built
 

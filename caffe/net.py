@@ -35,6 +35,8 @@ from caffe.pycaffe import PycaffeNetMixin
 from caffe.training_hooks import CallbackHandle, HookSlot, add_callback
 
 _log = logging.getLogger("caffe")
+# Where the layers that announce their draws at setup live (Note [deferred fills]).
+BUILT_IN_PACKAGES = ("caffe.", "poseidon.")
 LayerCallback = Callable[[int], None]
 
 
@@ -186,11 +188,12 @@ class Net(PycaffeNetMixin, NetWeightsMixin, NetViewsMixin):
 
     def _set_up(self, layer: Layer, layer_id: int, pending_fills: list) -> None:
         """run_setup, keeping deferred fills in the order they would have drawn: a user's
-        layer may draw at setup, so fills pending before it draw first; a built-in layer
-        announces its draws (flush_fills), and one that did not is named (Note [deferred
-        fills] in caffe/fillers.py)."""
+        layer (a Python layer, or a class registered from outside this project) may draw at
+        setup, so fills pending before it draw first; a built-in layer announces its draws
+        (flush_fills), and one that did not is named (Note [deferred fills] in
+        caffe/fillers.py)."""
         bottom, top = self._bottom_vecs[layer_id], self._top_vecs[layer_id]
-        if layer.layer_param.type == "Python":
+        if not type(layer).__module__.startswith(BUILT_IN_PACKAGES):
             flush_fills()
         if not pending_fills:
             layer.run_setup(bottom, top)

@@ -23,14 +23,27 @@ import torch
 from caffe.layer import Layer, register_layer
 
 
+def gate_activations(gates: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """gates (..., 4D) as i', f', o', g' -> σ(i'), σ(f') (not yet scaled by cont), σ(o'),
+    tanh(g'): BVLC's X_acts, which LSTMUnit keeps for its backward."""
+    i, f, o, g = gates.chunk(4, dim=-1)
+    return torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o), torch.tanh(g)
+
+
+def lstm_cell(
+    c_prev: torch.Tensor, acts: tuple[torch.Tensor, ...], cont: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(c_t, h_t) from c_{t-1}, the gate activations and cont_t (the module docstring)."""
+    i, f, o, g = acts
+    c = cont.unsqueeze(-1) * f * c_prev + i * g
+    return c, o * torch.tanh(c)
+
+
 def lstm_unit(
     c_prev: torch.Tensor, gates: torch.Tensor, cont: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """c_prev (..., D), gates (..., 4D) as i, f, o, g, cont (...) -> (c, h), each (..., D)."""
-    i, f, o, g = gates.chunk(4, dim=-1)
-    forget = cont.unsqueeze(-1) * torch.sigmoid(f)
-    c = forget * c_prev + torch.sigmoid(i) * torch.tanh(g)
-    return c, torch.sigmoid(o) * torch.tanh(c)
+    return lstm_cell(c_prev, gate_activations(gates), cont)
 
 
 @register_layer("LSTMUnit")
@@ -61,12 +74,8 @@ class LSTMUnitLayer(Layer):
 
     def forward(self, bottom, top):
         c_prev, gates, cont = (b.data_tensor for b in bottom)
-        i, f, o, g = gates.chunk(4, dim=-1)
-        # The activations, kept for backward (BVLC's X_acts): σ(i'), σ(f') unscaled, σ(o'),
-        # tanh(g').
-        self._acts = acts = (torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o), torch.tanh(g))
-        c = cont.unsqueeze(-1) * acts[1] * c_prev + acts[0] * acts[3]
-        h = acts[2] * torch.tanh(c)
+        self._acts = gate_activations(gates)  # kept for backward
+        c, h = lstm_cell(c_prev, self._acts, cont)
         top[0].take_data(c)
         top[1].take_data(h)
 

@@ -158,6 +158,26 @@ def test_deferred_fills_draw_what_immediate_fills_draw(tmp_path, monkeypatch, py
     assert np.shares_memory(w.data, deferred.param_data.numpy())
 
 
+def test_a_layer_class_registered_from_outside_may_draw_at_setup(monkeypatch):
+    """A class a user registers under a type of its own (not a Python layer) is user code
+    too: the fills pending before it draw first, as they would have at once."""
+    import caffe.layer
+
+    monkeypatch.setitem(caffe.layer._REGISTRY._classes, "DrawsAtSetup", DrawsAtSetup)
+    text = """layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 2 dim: 4 } } }
+        layer { name: "ip" type: "InnerProduct" bottom: "x" top: "h"
+                inner_product_param { num_output: 3 weight_filler { type: "gaussian" } } }
+        layer { name: "user" type: "DrawsAtSetup" bottom: "h" top: "h2" }"""
+    param = text_format.Parse(text, caffe_pb2.NetParameter())
+    caffe.set_random_seed(9)
+    weights = filler_values(filler('type: "gaussian"'), (3, 4))
+    drawn = torch.rand(3)
+    caffe.set_random_seed(9)
+    net = caffe.Net(param)
+    np.testing.assert_array_equal(net.params["ip"][0].data, weights)
+    torch.testing.assert_close(net.layer_dict["user"].drawn, drawn, rtol=0, atol=0)
+
+
 def test_a_built_in_layer_drawing_unannounced_is_named(monkeypatch):
     relu = layer_class("ReLU")
     plain_setup = relu.setup

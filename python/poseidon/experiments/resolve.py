@@ -71,16 +71,17 @@ def resolve_profile(profile: str, model_label: str) -> str:
             path = root / "profiles" / name
             if path.is_file():
                 return str(path)
-    shipped = sorted(p.name for root in models_dirs() for p in (root / "profiles").glob("*.json"))
+    shipped = shipped_profiles(model_label)
     raise ValueError(
-        f"profile {profile!r}: no such file, and no models/profiles/ entry "
-        f"(shipped: {', '.join(shipped) or 'none'})"
+        f"profile {profile!r}: no such file, and no models/profiles/ entry for "
+        f"{model_label!r} (shipped for it: {', '.join(shipped) or 'none'}; `poseidon models` "
+        "lists every model's)"
     )
 
 
 def shipped_profiles(model: str) -> list[str]:
-    """The device names of `model`'s shipped profiles (models/profiles/<model>.<device>.json),
-    first zoo wins."""
+    """The device names of `model`'s shipped profiles (models/profiles/<model>.<device>.json)
+    in every zoo, each once, the first zoo's first."""
     devices: dict[str, None] = {}
     for root in models_dirs():
         for path in sorted((root / "profiles").glob(f"{model}.*.json")):

@@ -154,6 +154,12 @@ def test_emulation_without_iproute2_says_so(capsys, monkeypatch):
         (["--nodes", "1,-2"], "at least 1 node"),
         (["--modes", "allreduce,fast"], "mode 'fast'"),
         (["--model", "lenet"], "profile cifar10_quick.cpu.json"),
+        # a device the zoo has no profile of: the model's shipped ones are named
+        (
+            ["--model", "vgg19_22k", "--profile", "a100x"],
+            "no models/profiles/ entry for 'vgg19_22k' (shipped for it: a100, cpu, h100, "
+            "titanx-maxwell, v100;",
+        ),
     ],
 )
 def test_bad_predict_input(capsys, args, message):
