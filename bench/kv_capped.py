@@ -8,11 +8,13 @@ worker), beside the bound S·(P1+P2−2)/P2 / rate — the bytes each host must 
 receive) per round under the cost model, at line rate — and the time shard readers spent
 parked (ServerStats.reader_wait_ns, summed over shards and rounds). As the TCP limit of
 the same pattern, iperf3 first runs all-to-all between the hosts (every host sending to
-every other at once) and the bound is also given at the rate each host reached. Needs root
-and iperf3.
+every other at once) and the bound is also given at the rate each host reached; "predicted"
+is the predictor's model of the same round (`poseidon.experiments.predict.ps_round_s`: the
+plan's chunks on a fluid link at tc's goodput), and "miss" how far it is from the round
+measured. Needs root and iperf3.
 
     sudo .venv/bin/python bench/kv_capped.py [--workers 4] [--megabytes 16]
-        [--rate-mbit 100] [--chunks 256KiB,1MiB,4MiB] [--rounds 4]
+        [--rate-mbit 100] [--chunks 256KiB,1MiB,4MiB] [--rounds 4] [--queue-ms 50]
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from poseidon.experiments.emulation import EmulatedHosts  # noqa: E402
+from poseidon.config import parse_bytes  # noqa: E402
+from poseidon.experiments.emulation import (  # noqa: E402
+    DEFAULT_QUEUE_MS,
+    TCP_GOODPUT_TBF,
+    EmulatedHosts,
+)
+from poseidon.experiments.predict import Link, ps_round_s  # noqa: E402
 
 RESULT = re.compile(r"RESULT rank=(\d+) median_s=([\d.]+) parked_s=([\d.]+)")
 
@@ -77,22 +85,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-mbit", type=float, default=100.0)
     parser.add_argument("--chunks", default="256KiB,1MiB,4MiB")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--queue-ms", type=float, default=DEFAULT_QUEUE_MS,
+                        help="each link's tc queue, milliseconds at the rate")  # fmt: skip
     args = parser.parse_args(argv)
     p = args.workers
     size = args.megabytes * 2**20
     bound = size * (2 * p - 2) / p / (args.rate_mbit * 1e6 / 8)
     print(f"P1 = P2 = {p}, {args.megabytes:g} MiB tensor, links capped at {args.rate_mbit:g} "
-          f"Mbit/s each way; line-rate bound per round {bound:.3f} s")  # fmt: skip
-    with EmulatedHosts(p, args.rate_mbit * 1e6) as cluster:
+          f"Mbit/s each way, queues of {args.queue_ms:g} ms; line-rate bound per round "
+          f"{bound:.3f} s")  # fmt: skip
+    with EmulatedHosts(p, args.rate_mbit * 1e6, queue_ms=args.queue_ms) as cluster:
         tcp = tcp_all_to_all_bits_per_s(cluster)
         tcp_bound = bound * args.rate_mbit * 1e6 / tcp
         print(f"iperf3 all-to-all: {tcp / 1e6:.1f} Mbit/s sent per host; bound at that rate "
               f"{tcp_bound:.3f} s")  # fmt: skip
-        print(f"{'chunk':>8} {'round s':>9} {'of bound':>9} {'of TCP':>7} {'parked s':>9}")
+        print(f"{'chunk':>8} {'round s':>9} {'of bound':>9} {'of TCP':>7} {'parked s':>9} "
+              f"{'predicted':>10} {'miss':>6}")  # fmt: skip
+        link = Link(args.rate_mbit * 1e6, TCP_GOODPUT_TBF)
         for chunk in args.chunks.split(","):
             seconds, parked = run(cluster, args, chunk)
+            predicted = ps_round_s(int(size) // 4, p, link, parse_bytes(chunk, "--chunks"))
             print(f"{chunk:>8} {seconds:9.3f} {bound / seconds:9.0%} {tcp_bound / seconds:7.0%} "
-                  f"{parked:9.2f}", flush=True)  # fmt: skip
+                  f"{parked:9.2f} {predicted:10.3f} {predicted / seconds - 1:+6.1%}",
+                  flush=True)  # fmt: skip
     return 0
 
 

@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, help="batch per node (default: the profile's)")
     p.add_argument("--dilation", type=float, help="time dilation (default: chosen, see docs)")
     p.add_argument("--byte-scale", type=int, help="byte scale, a power of two (default: chosen)")
+    p.add_argument("--queue-ms", type=float, default=None,
+                   help="--emulate: each link's queue, in milliseconds at the link's emulated "
+                   "rate (default 50; docs/experiments.md §2)")  # fmt: skip
     p.add_argument("--threads", type=int, default=1,
                    help="real compute: torch threads per worker (default 1)")  # fmt: skip
     p.add_argument(

@@ -33,6 +33,8 @@ import tempfile
 # TCP payload per packet (MSS with timestamps) over the bytes tc counts for it and for its
 # share of the reverse direction's delayed ACKs (Note [token bucket]).
 TCP_GOODPUT_TBF = 1448 / (1514 + 66 / 2)
+# Each link's queue, in milliseconds at its (emulated, dilated) rate: Note [token bucket].
+DEFAULT_QUEUE_MS = 50.0
 
 
 class EmulationError(RuntimeError):
@@ -111,7 +113,7 @@ class EmulatedHosts:
         rate_bps: float | None,
         prefix: str = "pos",
         subnet: str = "10.77.0",
-        queue_ms: float = 50.0,
+        queue_ms: float = DEFAULT_QUEUE_MS,
     ) -> None:
         if not 1 <= count <= 250:
             raise ValueError(f"{count} emulated hosts (want 1..250)")

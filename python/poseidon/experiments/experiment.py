@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from poseidon.config import SYNC_MODES
-from poseidon.experiments.emulation import EmulationError
+from poseidon.experiments.emulation import DEFAULT_QUEUE_MS, EmulationError
 from poseidon.experiments.predict import EXACT, PAPER_LAYOUT, Compression, Layout
 from poseidon.experiments.report import Results, write_outputs
 from poseidon.experiments.run import (
@@ -62,6 +62,7 @@ class ExperimentRequest:
     plot: str | None
     compression: Compression = EXACT
     workers_per_node: int = 1
+    queue_ms: float = DEFAULT_QUEUE_MS  # --emulate: each link's tc queue (emulation.py)
 
     def scaling_for(self, nodes: int) -> Scaling:
         """The replay's dilation and byte scale for a cell (Note [dilation and byte scale]
@@ -141,6 +142,11 @@ class ExperimentRequest:
             byte_scale = args.byte_scale
             if byte_scale < 1 or byte_scale & (byte_scale - 1):
                 raise ValueError(f"--byte-scale {byte_scale} (want a power of two >= 1)")
+        queue_ms = DEFAULT_QUEUE_MS if args.queue_ms is None else args.queue_ms
+        if args.queue_ms is not None and not args.emulate:
+            raise ValueError("--queue-ms sizes the emulated links' queues: it needs --emulate")
+        if not queue_ms > 0:
+            raise ValueError(f"--queue-ms {args.queue_ms} (want > 0)")
         if args.emulate:
             from poseidon.experiments.emulation import check_can_emulate
 
@@ -159,7 +165,7 @@ class ExperimentRequest:
             iterations=iterations, warmup=warmup, byte_scale=byte_scale,
             dilation=args.dilation, device=args.device,
             threads=args.threads, timeline=args.timeline, output=args.output, plot=args.plot,
-            compression=compression, workers_per_node=per_node,
+            compression=compression, workers_per_node=per_node, queue_ms=queue_ms,
         )  # fmt: skip
 
 
@@ -241,6 +247,8 @@ def run_experiment(request: ExperimentRequest) -> int:
         results.info["byte_scale"] = request.byte_scale
         results.info["dilation"] = request.dilation or "per node count (each cell's dilation)"
         results.info["scaling"] = describe_scaling(request.byte_scale, dilations)
+    if request.emulate:
+        results.info["queue_ms"] = request.queue_ms
     cells = [(mode, layout, p) for p in request.nodes for mode in request.modes
              for layout in request.layouts(mode)]  # fmt: skip
     separate_base = 1 not in request.nodes or request.workers_per_node > 1
@@ -388,7 +396,7 @@ def _hosts_context(request: ExperimentRequest):  # type: ignore[no-untyped-def]
         return contextlib.nullcontext(None)
     from poseidon.experiments.emulation import EmulatedHosts
 
-    return EmulatedHosts(max(request.nodes), None, queue_ms=50.0)
+    return EmulatedHosts(max(request.nodes), None, queue_ms=request.queue_ms)
 
 
 def _progress(line: str) -> None:

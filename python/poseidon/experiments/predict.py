@@ -194,8 +194,7 @@ def _planned_layers(
                 )
             )
             continue
-        parts = [[4.0 * min(p.chunk_floats, p.num_floats - c * p.chunk_floats)
-                  for c in range(p.num_chunks)] for p in lp.parts]  # fmt: skip
+        parts = [_chunk_bytes(p) for p in lp.parts]
         local_s = lp.estimate.local_bytes / local_rate if local_rate else 0.0
         if lp.scheme == _C.Scheme.BF16:
             out.append(_SyncedLayer(lp.layer_id, "BF16", sync.late, [b / 2 for b in parts[0]],
@@ -209,6 +208,12 @@ def _planned_layers(
             out.append(_SyncedLayer(lp.layer_id, "PS", sync.late, parts[0], 0.0, 0.0, 0.0,
                                     local_s=local_s))  # fmt: skip
     return out
+
+
+def _chunk_bytes(part) -> list[float]:  # type: ignore[no-untyped-def]
+    """The sizes of a plan part's chunks, in order (the last one may be short)."""
+    return [4.0 * min(part.chunk_floats, part.num_floats - c * part.chunk_floats)
+            for c in range(part.num_chunks)]  # fmt: skip
 
 
 # ----- one iteration ---------------------------------------------------------------------------
@@ -302,6 +307,21 @@ def predict_cell(
     wait = now - compute - rebuild
     chosen = dict(layer_schemes or {}) if mode == "poseidon" else {}
     return CellPrediction(layout.label(mode), nodes, now, compute, rebuild, wait, sent, chosen, g)
+
+
+def ps_round_s(
+    floats: int, nodes: int, link: Link, chunk_bytes: int = 1 << 20, threads: int = 2
+) -> float:
+    """One push-pull round of a lone tensor of `floats` floats on `nodes` nodes, one worker
+    and one shard each, as the predictor models a PS layer's round (chunked as the
+    coordinator's plan cuts it): what bench/kv_capped.py measures on emulated links."""
+    from poseidon import _C
+
+    spec = _C.LayerSpec(0, "t", _C.LayerKind.OTHER, floats, 1, 1, floats, _C.SchemeChoice.PS)
+    (lp,) = _C.make_plan([spec], nodes, nodes, chunk_bytes).layers
+    layer = _SyncedLayer(0, "PS", False, _chunk_bytes(lp.parts[0]), 0.0, 0.0, 0.0)
+    done, _ = _communicate({0: layer}, {0: 0.0}, nodes, link, chunk_bytes, threads)
+    return done[0]
 
 
 def _shared(link: Link, workers: int) -> Link:

@@ -248,7 +248,8 @@ class LayerRound:
             return
         if self.staging is not None:
             self.staging.to_device()
-            self.staging.diff.mul_(scale)
+            if num_workers > 1:  # alone, the sum is the mean: no pass over the gradient
+                self.staging.diff.mul_(scale)
             return
         assert self.factors is not None and self.rebuild is not None
         gathered = self.gathered(num_workers)

@@ -69,7 +69,7 @@ def test_quick_run_and_replay_agree_with_the_prediction(tmp_path):
     assert "speed-up over 1 node" in done.stdout and figure.stat().st_size > 0
     data = json.loads(out.read_text())
     assert data["kind"] == "emulated" and data["bandwidth_bps"] == 300e6
-    assert data["dilation"] == 2 and data["byte_scale"] == 1
+    assert data["dilation"] == 2 and data["byte_scale"] == 1 and data["queue_ms"] == 50
     cells = {(c["mode"], c["nodes"]): c for c in data["cells"]}
     assert set(cells) == {(m, p) for m in MODES for p in (1, 2)}
     profile = load_profile(resolve_profile("cifar10_quick.cpu", "cifar10_quick"))

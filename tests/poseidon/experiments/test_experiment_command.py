@@ -51,6 +51,7 @@ def experiment(*extra: str) -> list[str]:
         (["--iterations", "0"], "--iterations and --threads must be >= 1"),
         (["--compression", "zip"], "--compression='zip': want one of none, bf16, powersgd"),
         (["--compression", "auto", "--powersgd-rank", "0"], "--powersgd-rank='0': want an"),
+        (["--queue-ms", "0"], "--queue-ms 0.0 (want > 0)"),
     ],
 )
 def test_bad_experiment_input(capsys, args, message):
@@ -110,6 +111,11 @@ def test_where_to_run(capsys, tmp_path):
         capsys, "experiment", "--model", "cifar10_quick", "--emulate", "--profile", PROFILE
     )
     assert "needs --bandwidth" in line
+    hosts = tmp_path / "hosts"
+    hosts.write_text("node1\n")
+    line = refused(capsys, "experiment", "--model", "cifar10_quick", "--hostfile", str(hosts),
+                   "--nodes", "1", "--queue-ms", "100")  # fmt: skip
+    assert "--queue-ms sizes the emulated links' queues: it needs --emulate" in line
 
 
 def test_a_host_file_with_too_few_hosts(capsys, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from poseidon.experiments.predict import FRAME_HEADER_BYTES, TUNED, Link, predict_cell
+from poseidon.experiments.predict import FRAME_HEADER_BYTES, TUNED, Link, predict_cell, ps_round_s
 from poseidon.experiments.profile import LayerProfile, Profile, SfbTiming, SyncShape
 from poseidon.experiments.tune import TUNE_LINK_SHARE, format_layer_schemes, tune_layer_schemes
 from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink, water_fill
@@ -121,6 +121,20 @@ def test_ps_round_without_overlap_is_push_then_reply():
     chunk = 1 * MB + FRAME_HEADER_BYTES
     assert cell.iteration_s == pytest.approx(0.03 + 2 * chunk / B)
     assert cell.bytes_per_node == pytest.approx(2 * chunk)
+
+
+def test_a_lone_tensors_round_is_the_plans_chunks_pushed_then_returned():
+    # What bench/kv_capped.py measures. 4 nodes, 4 MiB in 1 MiB chunks: one turn; each node
+    # pushes the 3 chunks it does not own and its shard returns its chunk to the 3 others,
+    # 6 frames on its link, pushes and replies overlapping nowhere (one turn).
+    chunk = (1 << 20) + FRAME_HEADER_BYTES
+    assert ps_round_s(1 << 20, 4, LINK) == pytest.approx(6 * chunk / B)
+    # 8 chunks: two turns; the second turn's pushes share the link with the first's
+    # replies, and the link never idles: 12 frames in all.
+    assert ps_round_s(2 << 20, 4, LINK) == pytest.approx(12 * chunk / B)
+    # A tensor of fewer chunks than shards is cut into one piece per shard (the plan's rule).
+    piece = (1 << 20) / 4 + FRAME_HEADER_BYTES
+    assert ps_round_s(1 << 18, 4, LINK) == pytest.approx(6 * piece / B)
 
 
 def test_a_turn_that_reaches_one_shard_moves_at_its_share_of_the_rate():

@@ -98,6 +98,19 @@ def test_a_ps_round_leaves_the_mean_in_every_workers_range():
         torch.testing.assert_close(r.diff, mean)
 
 
+def test_a_lone_workers_ps_round_leaves_its_gradient_untouched():
+    # Alone, the sum is the mean: finishing must not spend a pass over the gradient (an
+    # in-place multiply by one would bump the tensor's version counter).
+    job = Job(1)
+    grad = torch.randn(10, generator=torch.Generator().manual_seed(7))
+    r = LayerRound(job.workers[0], layer(0, 10), "PS", diff=grad.clone())
+    r.submit(iteration=0)
+    version = r.diff._version
+    r.finish(num_workers=1)
+    assert r.diff._version == version
+    torch.testing.assert_close(r.diff, grad)
+
+
 @pytest.mark.parametrize("planned,rows", [(2, (2, 2, 2)), (1, (1, 2, 0))],
                          ids=["as-planned", "uneven-and-more"])  # fmt: skip
 def test_an_sfb_round_rebuilds_the_mean_gradient_from_every_workers_factors(planned, rows):
