@@ -43,6 +43,18 @@ def namespace_pids(namespace: str) -> set[int]:
     return {int(p) for p in listed.stdout.split()}
 
 
+def left_behind(hosts: EmulatedHosts, deadline: float) -> dict[str, set[int]]:
+    """Each namespace's processes once none is left, or at `deadline` (monotonic). A child
+    that the launcher's exit orphaned may still be exiting at that instant (a zombie, its
+    command line gone) and be reaped a moment later: only what outlives the deadline is left
+    behind."""
+    while True:
+        left = {ns: namespace_pids(ns) for ns in hosts.namespaces}
+        if not any(left.values()) or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
+
+
 def start_job(hosts: EmulatedHosts, solver: str,
               *flags: str) -> tuple[subprocess.Popen, queue.Queue]:  # fmt: skip
     command = [sys.executable, "-m", "poseidon.cli", "launch", "-n", str(HOSTS),
@@ -196,7 +208,7 @@ def test_a_fault_on_one_host_ends_every_process_within_10s_naming_it(
             inject(fault, hosts)
             status = launcher.wait(timeout=30)
             elapsed = time.monotonic() - started
-            left = {ns: namespace_pids(ns) for ns in hosts.namespaces}
+            left = left_behind(hosts, deadline=started + 10)
         finally:
             if launcher.poll() is None:
                 launcher.kill()
