@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from poseidon.experiments.emulation import DEFAULT_QUEUE_MS
+
 HELP = "run a scaling experiment on emulated nodes or a real cluster (speed-up per mode)"
 DEFAULT_MODES = "ps-nooverlap,wfbp,poseidon,allreduce"
 
@@ -42,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--byte-scale", type=int, help="byte scale, a power of two (default: chosen)")
     p.add_argument("--queue-ms", type=float, default=None,
                    help="--emulate: each link's queue, in milliseconds at the link's emulated "
-                   "rate (default 50; docs/experiments.md §2)")  # fmt: skip
+                   f"rate (default {DEFAULT_QUEUE_MS:g}; docs/experiments.md §2)")  # fmt: skip
     p.add_argument("--threads", type=int, default=1,
                    help="real compute: torch threads per worker (default 1)")  # fmt: skip
     p.add_argument(

@@ -10,6 +10,7 @@ the running job and removes the namespaces.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -142,11 +143,13 @@ class ExperimentRequest:
             byte_scale = args.byte_scale
             if byte_scale < 1 or byte_scale & (byte_scale - 1):
                 raise ValueError(f"--byte-scale {byte_scale} (want a power of two >= 1)")
-        queue_ms = DEFAULT_QUEUE_MS if args.queue_ms is None else args.queue_ms
-        if args.queue_ms is not None and not args.emulate:
-            raise ValueError("--queue-ms sizes the emulated links' queues: it needs --emulate")
-        if not queue_ms > 0:
-            raise ValueError(f"--queue-ms {args.queue_ms} (want > 0)")
+        queue_ms = DEFAULT_QUEUE_MS
+        if args.queue_ms is not None:
+            if not args.emulate:
+                raise ValueError("--queue-ms sizes the emulated links' queues: it needs --emulate")
+            if not 0 < args.queue_ms < math.inf:
+                raise ValueError(f"--queue-ms {args.queue_ms:g} (want a number of ms > 0)")
+            queue_ms = args.queue_ms
         if args.emulate:
             from poseidon.experiments.emulation import check_can_emulate
 

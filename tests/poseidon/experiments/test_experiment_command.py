@@ -51,7 +51,8 @@ def experiment(*extra: str) -> list[str]:
         (["--iterations", "0"], "--iterations and --threads must be >= 1"),
         (["--compression", "zip"], "--compression='zip': want one of none, bf16, powersgd"),
         (["--compression", "auto", "--powersgd-rank", "0"], "--powersgd-rank='0': want an"),
-        (["--queue-ms", "0"], "--queue-ms 0.0 (want > 0)"),
+        (["--queue-ms", "0"], "--queue-ms 0 (want a number of ms > 0)"),
+        (["--queue-ms", "inf"], "--queue-ms inf (want a number of ms > 0)"),
     ],
 )
 def test_bad_experiment_input(capsys, args, message):

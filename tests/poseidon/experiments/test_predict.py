@@ -126,7 +126,7 @@ def test_ps_round_without_overlap_is_push_then_reply():
 def test_a_lone_tensors_round_is_the_plans_chunks_pushed_then_returned():
     # What bench/kv_capped.py measures. 4 nodes, 4 MiB in 1 MiB chunks: one turn; each node
     # pushes the 3 chunks it does not own and its shard returns its chunk to the 3 others,
-    # 6 frames on its link, pushes and replies overlapping nowhere (one turn).
+    # 6 frames on its link, the replies after the pushes.
     chunk = (1 << 20) + FRAME_HEADER_BYTES
     assert ps_round_s(1 << 20, 4, LINK) == pytest.approx(6 * chunk / B)
     # 8 chunks: two turns; the second turn's pushes share the link with the first's
