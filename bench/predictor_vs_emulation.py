@@ -39,8 +39,7 @@ def predict(profile, cell: dict, link: Link, per_node: int = 1,  # type: ignore[
     allowed = compression if mode == "poseidon" else EXACT
     cell_prediction = predict_cell(profile, mode, cell["nodes"], link, layer_schemes=schemes,
                                    layout=layout, compression=allowed)  # fmt: skip
-    busy = cell_prediction.bytes_per_node / link.bytes_per_s / cell_prediction.iteration_s
-    return cell_prediction.iteration_s, busy
+    return cell_prediction.iteration_s, cell_prediction.link_busy(link)
 
 
 def find_profile(name: str, model: str, profile_dirs: list[str]):  # type: ignore[no-untyped-def]

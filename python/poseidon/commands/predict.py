@@ -7,8 +7,12 @@ concurrent transfers, the SFB rebuild and the bulk-synchronous shape of a PS rou
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from poseidon.config import SYNC_MODES
+
+if TYPE_CHECKING:
+    from poseidon.experiments.predict import CellPrediction, Link
 
 HELP = "predict iteration time and speed-up per mode and node count from a compute profile"
 MODES = (*SYNC_MODES, "poseidon-tuned")
@@ -100,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
             "rebuild_s": prediction.rebuild_s,
             "wait_s": prediction.wait_s,
             "bytes_per_node": prediction.bytes_per_node,
+            "link_busy": prediction.link_busy(link),
+            "saturated": prediction.saturated(link),
         }
         if prediction.mode == "poseidon-tuned":
             extra["layer_schemes"] = format_layer_schemes(prediction.layer_schemes)
@@ -107,4 +113,22 @@ def run(args: argparse.Namespace) -> int:
     single = {m: p.iteration_s for m in modes for p in [predict(profile, [m], [1], link)[0]]}
     results.update_speedups(single)
     write_outputs(results, args.output, args.plot)
+    saturated = [p for p in predictions if p.saturated(link)]
+    if saturated:
+        print(saturation_note(saturated, link))
     return 0
+
+
+def saturation_note(cells: list[CellPrediction], link: Link) -> str:
+    """The caution printed under the table for cells that are lower bounds (predict.py,
+    Note [saturated cells])."""
+    from poseidon.experiments.predict import SATURATED_LINK_BUSY
+
+    by_mode: dict[str, list[str]] = {}
+    for cell in cells:
+        by_mode.setdefault(cell.mode, []).append(f"P={cell.nodes} ({cell.link_busy(link):.0%})")
+    listed = "; ".join(f"{mode} at {', '.join(c)}" for mode, c in by_mode.items())
+    return (f"note: {listed}: an overlapped PS mode on a link busy for "
+            f"{SATURATED_LINK_BUSY:.0%} or more of the iteration, where emulated runs took 2-21% "
+            "longer than predicted (the last layers' rounds wait for the slowest worker): "
+            "read these as lower bounds (docs/experiments.md §6.5)")  # fmt: skip

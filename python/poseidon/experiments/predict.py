@@ -103,6 +103,16 @@ class Layout:
 PAPER_LAYOUT = Layout()
 
 
+# Note [saturated cells]. Against the emulation (docs/experiments.md §6.5) the predictor
+# is within ±2.8% wherever a node's link is busy for less than 70% of the iteration or the
+# mode is not an overlapped PS one, and optimistic by 2-21% where an overlapped PS mode
+# (WFBP, Poseidon) keeps it busier: the last layers' rounds wait there for the slowest of
+# P workers, which the model's one node does not. `poseidon predict` says so beside those
+# cells rather than let them pass for as sure as the rest.
+SATURATED_LINK_BUSY = 0.7
+OVERLAPPED_PS_MODES = ("wfbp", "poseidon", "poseidon-tuned")
+
+
 @dataclass
 class CellPrediction:
     mode: str
@@ -114,6 +124,16 @@ class CellPrediction:
     bytes_per_node: float  # sent by one node per iteration (= received)
     layer_schemes: dict[str, str] = field(default_factory=dict)  # the overrides it ran with
     workers_per_node: int = 1
+
+    def link_busy(self, link: Link) -> float:
+        """The share of the iteration one node's link spends sending (bytes over goodput)."""
+        return self.bytes_per_node / link.bytes_per_s / self.iteration_s
+
+    def saturated(self, link: Link) -> bool:
+        """An overlapped PS mode on a link busy for most of the iteration: where the
+        prediction is a lower bound (Note [saturated cells])."""
+        mode = self.mode.removesuffix("-flat")
+        return mode in OVERLAPPED_PS_MODES and self.link_busy(link) >= SATURATED_LINK_BUSY
 
 
 # ----- the plan of one cell ------------------------------------------------------------------

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from poseidon.experiments.predict import FRAME_HEADER_BYTES, TUNED, Link, predict_cell, ps_round_s
+from poseidon.experiments.predict import (
+    FRAME_HEADER_BYTES,
+    TUNED,
+    CellPrediction,
+    Link,
+    predict_cell,
+    ps_round_s,
+)
 from poseidon.experiments.profile import LayerProfile, Profile, SfbTiming, SyncShape
 from poseidon.experiments.tune import TUNE_LINK_SHARE, format_layer_schemes, tune_layer_schemes
 from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink, water_fill
@@ -393,3 +400,19 @@ def test_allreduce_on_one_machine_of_several_workers_stays_inside_it():
     local_link = Link(8 * 10 * B, goodput=1.0, latency_s=0.0)
     paid = predict_cell(profile, "allreduce", 1, LINK, layout=Layout(4, True, local_link))
     assert paid.iteration_s == pytest.approx(0.06 + 2 * 3 / 4 * 4e6 / (10 * B))
+
+
+def test_a_cell_is_saturated_when_an_overlapped_ps_mode_keeps_its_link_busy():
+    # 1 MB a node on a link of 1 MB/s: busy 1 s of the iteration.
+    link = Link(8e6, 1.0)
+
+    def cell(mode, iteration_s):
+        return CellPrediction(mode, 8, iteration_s, 0.0, 0.0, 0.0, 1e6)
+
+    assert cell("wfbp", 1.25).link_busy(link) == pytest.approx(0.8)
+    assert cell("wfbp", 1.25).saturated(link) and cell("poseidon-flat", 1.25).saturated(link)
+    assert cell("poseidon-tuned", 1 / 0.7).saturated(link)  # the threshold itself
+    assert not cell("wfbp", 2.0).saturated(link)  # busy half the time
+    # Not overlapped PS: the transfer is the iteration, or a ring modelled step by step.
+    assert not cell("ps-nooverlap", 1.25).saturated(link)
+    assert not cell("allreduce", 1.25).saturated(link)
