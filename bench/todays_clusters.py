@@ -19,7 +19,13 @@ import json
 import sys
 
 from poseidon.experiments.experiment import check_profile
-from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Layout, Link, predict_cell
+from poseidon.experiments.predict import (
+    SATURATED_LINK_BUSY,
+    TCP_GOODPUT_ETHERNET,
+    Layout,
+    Link,
+    predict_cell,
+)
 from poseidon.experiments.resolve import resolve_model, resolve_profile
 from poseidon.experiments.units import format_bandwidth, parse_bandwidth
 
@@ -46,12 +52,18 @@ def cells(model: str, profile_tag: str, machines: int, gpus: int, bandwidths: li
                             "machines": machines, "gpus_per_machine": gpus, "batch": batch,
                             "iteration_s": cell.iteration_s, "one_gpu_s": one[mode],
                             "speedup": speedup, "efficiency": speedup / (machines * gpus),
-                            "bytes_per_machine": cell.bytes_per_node})  # fmt: skip
+                            "bytes_per_machine": cell.bytes_per_node,
+                            "link_busy": cell.link_busy(link),
+                            "saturated": cell.saturated(link)})  # fmt: skip
     return out
 
 
+SATURATED_MARK = "†"
+
+
 def markdown(rows: list[dict]) -> str:
-    """One row per model and link; one column per mode: speed-up (efficiency)."""
+    """One row per model and link; one column per mode: speed-up (efficiency), marked where
+    the prediction is a lower bound (predict.py, Note [saturated cells])."""
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     lines = ["| model | link | " + " | ".join(modes) + " |",
              "|---|---|" + "---|" * len(modes)]  # fmt: skip
@@ -59,8 +71,13 @@ def markdown(rows: list[dict]) -> str:
     for model, bandwidth in keys:
         found = {r["mode"]: r for r in rows
                  if r["model"] == model and r["bandwidth_bps"] == bandwidth}  # fmt: skip
-        text = [f"{found[m]['speedup']:.1f}× ({100 * found[m]['efficiency']:.0f}%)" for m in modes]
+        text = [f"{found[m]['speedup']:.1f}× ({100 * found[m]['efficiency']:.0f}%)"
+                + (SATURATED_MARK if found[m]["saturated"] else "") for m in modes]  # fmt: skip
         lines.append(f"| {model} | {format_bandwidth(bandwidth)} | " + " | ".join(text) + " |")
+    if any(r["saturated"] for r in rows):
+        lines += ["", f"{SATURATED_MARK} an overlapped PS mode on a link busy for "
+                  f"{SATURATED_LINK_BUSY:.0%} or more of the iteration: a lower bound "
+                  "(docs/experiments.md §4)"]  # fmt: skip
     return "\n".join(lines)
 
 
