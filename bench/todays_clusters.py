@@ -63,7 +63,7 @@ SATURATED_MARK = "†"
 
 def markdown(rows: list[dict]) -> str:
     """One row per model and link; one column per mode: speed-up (efficiency), marked where
-    the prediction is a lower bound (predict.py, Note [saturated cells])."""
+    it is an upper bound (predict.py, Note [saturated cells])."""
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     lines = ["| model | link | " + " | ".join(modes) + " |",
              "|---|---|" + "---|" * len(modes)]  # fmt: skip
@@ -75,9 +75,9 @@ def markdown(rows: list[dict]) -> str:
                 + (SATURATED_MARK if found[m]["saturated"] else "") for m in modes]  # fmt: skip
         lines.append(f"| {model} | {format_bandwidth(bandwidth)} | " + " | ".join(text) + " |")
     if any(r["saturated"] for r in rows):
-        lines += ["", f"{SATURATED_MARK} an overlapped PS mode on a link busy for "
-                  f"{SATURATED_LINK_BUSY:.0%} or more of the iteration: a lower bound "
-                  "(docs/experiments.md §4)"]  # fmt: skip
+        lines += ["", f"{SATURATED_MARK} a PS mode on a link busy for "
+                  f"{SATURATED_LINK_BUSY:.0%} or more of the iteration: its speed-up is an "
+                  "upper bound (docs/experiments.md §4)"]  # fmt: skip
     return "\n".join(lines)
 
 

@@ -128,7 +128,7 @@ def saturation_note(cells: list[CellPrediction], link: Link) -> str:
     for cell in cells:
         by_mode.setdefault(cell.mode, []).append(f"P={cell.nodes} ({cell.link_busy(link):.0%})")
     listed = "; ".join(f"{mode} at {', '.join(c)}" for mode, c in by_mode.items())
-    return (f"note: {listed}: an overlapped PS mode on a link busy for "
-            f"{SATURATED_LINK_BUSY:.0%} or more of the iteration, where emulated runs took 2-21% "
-            "longer than predicted (the last layers' rounds wait for the slowest worker): "
-            "read these as lower bounds (docs/experiments.md §6.5)")  # fmt: skip
+    return (f"note: {listed}: a PS mode on a link busy for {SATURATED_LINK_BUSY:.0%} or more "
+            "of the iteration, where emulated runs took up to 21% longer than predicted (a "
+            "round waits for the slowest worker's push): read their times as lower bounds "
+            "and their speed-ups as upper bounds (docs/experiments.md §4)")  # fmt: skip
