@@ -25,7 +25,8 @@ from poseidon.experiments.resolve import resolve_profile
 
 
 def predict(profile, cell: dict, link: Link, per_node: int = 1,  # type: ignore[no-untyped-def]
-            compression: Compression = EXACT) -> tuple[float, float]:  # fmt: skip
+            compression: Compression = EXACT, chunk_bytes: int = 1 << 20,
+            ) -> tuple[float, float]:  # fmt: skip
     """A cell's predicted iteration (a poseidon-tuned cell with the plan it ran; a `-flat`
     cell of several workers per node without local aggregation) and the share of it that
     one node's uplink is busy (bytes over goodput): where that share is high, the fluid
@@ -37,8 +38,9 @@ def predict(profile, cell: dict, link: Link, per_node: int = 1,  # type: ignore[
     layout = Layout(per_node, not mode.endswith("-flat"))
     mode = mode.removesuffix("-flat")
     allowed = compression if mode == "poseidon" else EXACT
-    cell_prediction = predict_cell(profile, mode, cell["nodes"], link, layer_schemes=schemes,
-                                   layout=layout, compression=allowed)  # fmt: skip
+    cell_prediction = predict_cell(profile, mode, cell["nodes"], link, chunk_bytes,
+                                   layer_schemes=schemes, layout=layout,
+                                   compression=allowed)  # fmt: skip
     return cell_prediction.iteration_s, cell_prediction.link_busy(link)
 
 
@@ -65,8 +67,9 @@ def compare(paths: list[str], profile_dirs: list[str] | None = None) -> list[tup
         kind, _, rank = str(data.get("compression", "none:4")).partition(":")
         compression = Compression(kind, int(rank or 4))
         queue_ms = float(data.get("queue_ms", DEFAULT_QUEUE_MS))  # older files: the default
+        chunk_bytes = int(data.get("chunk_bytes", 1 << 20))  # likewise
         for cell in data["cells"]:
-            predicted, busy = predict(profile, cell, link, per_node, compression)
+            predicted, busy = predict(profile, cell, link, per_node, compression, chunk_bytes)
             error = predicted / cell["iteration_s"] - 1
             rows.append(
                 (

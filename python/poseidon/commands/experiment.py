@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, help="batch per node (default: the profile's)")
     p.add_argument("--dilation", type=float, help="time dilation (default: chosen, see docs)")
     p.add_argument("--byte-scale", type=int, help="byte scale, a power of two (default: chosen)")
+    p.add_argument("--chunk-bytes", type=int, default=None,
+                   help="PS chunk size, bytes of the real cluster (default 1 MiB; "
+                   "POSEIDON_CHUNK_BYTES); replayed, divided by the byte scale")  # fmt: skip
     p.add_argument("--queue-ms", type=float, default=None,
                    help="--emulate: each link's queue, in milliseconds at the link's emulated "
                    f"rate (default {DEFAULT_QUEUE_MS:g}; docs/experiments.md §2)")  # fmt: skip

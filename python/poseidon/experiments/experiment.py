@@ -22,6 +22,7 @@ from poseidon.experiments.emulation import DEFAULT_QUEUE_MS, EmulationError
 from poseidon.experiments.predict import EXACT, PAPER_LAYOUT, Compression, Layout
 from poseidon.experiments.report import Results, write_outputs
 from poseidon.experiments.run import (
+    DEFAULT_CHUNK_BYTES,
     CellJob,
     ExperimentError,
     MemoryWatch,
@@ -64,6 +65,7 @@ class ExperimentRequest:
     compression: Compression = EXACT
     workers_per_node: int = 1
     queue_ms: float = DEFAULT_QUEUE_MS  # --emulate: each link's tc queue (emulation.py)
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES  # the real cluster's PS chunk (÷ byte scale replayed)
 
     def scaling_for(self, nodes: int) -> Scaling:
         """The replay's dilation and byte scale for a cell (Note [dilation and byte scale]
@@ -150,6 +152,12 @@ class ExperimentRequest:
             if not 0 < args.queue_ms < math.inf:
                 raise ValueError(f"--queue-ms {args.queue_ms:g} (want a number of ms > 0)")
             queue_ms = args.queue_ms
+        chunk_bytes = DEFAULT_CHUNK_BYTES
+        if args.chunk_bytes is not None:
+            if args.chunk_bytes < 4 or args.chunk_bytes % 4:
+                raise ValueError(f"--chunk-bytes {args.chunk_bytes} (want a positive multiple "
+                                 "of 4)")  # fmt: skip
+            chunk_bytes = args.chunk_bytes
         if args.emulate:
             from poseidon.experiments.emulation import check_can_emulate
 
@@ -169,6 +177,7 @@ class ExperimentRequest:
             dilation=args.dilation, device=args.device,
             threads=args.threads, timeline=args.timeline, output=args.output, plot=args.plot,
             compression=compression, workers_per_node=per_node, queue_ms=queue_ms,
+            chunk_bytes=chunk_bytes,
         )  # fmt: skip
 
 
@@ -252,6 +261,7 @@ def run_experiment(request: ExperimentRequest) -> int:
         results.info["scaling"] = describe_scaling(request.byte_scale, dilations)
     if request.emulate:
         results.info["queue_ms"] = request.queue_ms
+    results.info["chunk_bytes"] = request.chunk_bytes
     cells = [(mode, layout, p) for p in request.nodes for mode in request.modes
              for layout in request.layouts(mode)]  # fmt: skip
     separate_base = 1 not in request.nodes or request.workers_per_node > 1
@@ -345,11 +355,12 @@ def _prepare_cell(request: ExperimentRequest, mode: str, nodes: int,
         link = Link(request.bandwidth_bps,
                     TCP_GOODPUT_TBF if request.emulate else TCP_GOODPUT_ETHERNET)  # fmt: skip
         if mode == "poseidon-tuned":
-            guess, schemes = tune_layer_schemes(request.profile, nodes, link)
+            guess, schemes = tune_layer_schemes(request.profile, nodes, link,
+                                                request.chunk_bytes)  # fmt: skip
             job.extra_env["POSEIDON_LAYER_SCHEMES"] = format_layer_schemes(schemes)
             sync = "poseidon"
         else:
-            guess = predict_cell(request.profile, mode, nodes, link,
+            guess = predict_cell(request.profile, mode, nodes, link, request.chunk_bytes,
                                  compression=request.compression, layout=layout)  # fmt: skip
         job.timeout_ms = cell_timeout_ms(guess.iteration_s, job)
     if request.compression.kind != "none" and sync == "poseidon":
@@ -389,6 +400,7 @@ def _cell_job(request: ExperimentRequest, scaling: Scaling) -> CellJob:
         scaling=scaling,
         device=request.device,
         threads=request.threads,
+        chunk_bytes=request.chunk_bytes,
     )
 
 

@@ -128,6 +128,7 @@ class CellJob:
     threads: int = 1
     timeout_ms: int = 600_000
     extra_env: dict[str, str] = field(default_factory=dict)
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES  # the real cluster's; the job's is ÷ byte scale
 
     def worker_command(self) -> list[str]:
         command = [sys.executable, "-m", "poseidon.experiments.worker", "--model", self.prototxt]
@@ -144,7 +145,7 @@ class CellJob:
         env = {
             "GLOG_minloglevel": "1",
             "OMP_NUM_THREADS": "1",
-            "POSEIDON_CHUNK_BYTES": str(max(4, DEFAULT_CHUNK_BYTES // s // 4 * 4)),
+            "POSEIDON_CHUNK_BYTES": str(max(4, self.chunk_bytes // s // 4 * 4)),
             "POSEIDON_NOTSENT_LOWAT_BYTES": str(max(1, DEFAULT_NOTSENT_LOWAT_BYTES // s)),
             "POSEIDON_BUCKET_CAP_BYTES": str(max(4, DDP_BUCKET_CAP_BYTES // s)),
             "POSEIDON_FIRST_BUCKET_BYTES": str(max(4, DDP_FIRST_BUCKET_BYTES // s)),

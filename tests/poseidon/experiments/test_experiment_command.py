@@ -53,6 +53,8 @@ def experiment(*extra: str) -> list[str]:
         (["--compression", "auto", "--powersgd-rank", "0"], "--powersgd-rank='0': want an"),
         (["--queue-ms", "0"], "--queue-ms 0 (want a number of ms > 0)"),
         (["--queue-ms", "inf"], "--queue-ms inf (want a number of ms > 0)"),
+        (["--chunk-bytes", "6"], "--chunk-bytes 6 (want a positive multiple of 4)"),
+        (["--chunk-bytes", "0"], "--chunk-bytes 0 (want a positive multiple of 4)"),
     ],
 )
 def test_bad_experiment_input(capsys, args, message):
@@ -257,3 +259,33 @@ def test_predict_flags_the_cells_it_reads_as_lower_bounds(capsys, tmp_path):
     assert cells["allreduce"]["link_busy"] > 0.9
     assert main([*args, "--bandwidth", "40gbit"]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+def test_a_cells_chunk_is_the_real_clusters_divided_by_the_byte_scale(monkeypatch):
+    import argparse
+
+    from poseidon.commands.experiment import add_arguments
+    from poseidon.experiments import emulation
+    from poseidon.experiments.experiment import ExperimentRequest, _prepare_cell
+    from poseidon.experiments.predict import Link, predict_cell
+    from poseidon.experiments.run import cell_timeout_ms
+
+    monkeypatch.setattr(emulation, "check_can_emulate", lambda: None)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def job(*extra: str):  # type: ignore[no-untyped-def]
+        args = parser.parse_args(experiment("--nodes", "1,2", "--byte-scale", "32", *extra)[1:])
+        request = ExperimentRequest.from_args(args)
+        return request, _prepare_cell(request, "wfbp", 2)[0]
+
+    request, default = job()
+    assert request.chunk_bytes == 1 << 20
+    assert default.environment()["POSEIDON_CHUNK_BYTES"] == str((1 << 20) // 32)
+    request, small = job("--chunk-bytes", "262144")
+    assert request.chunk_bytes == 262144
+    assert small.environment()["POSEIDON_CHUNK_BYTES"] == str(262144 // 32)
+    # The cell's timeout is set from the prediction with that chunk.
+    guess = predict_cell(request.profile, "wfbp", 2,
+                         Link(10e9, emulation.TCP_GOODPUT_TBF), 262144)  # fmt: skip
+    assert small.timeout_ms == cell_timeout_ms(guess.iteration_s, small)
