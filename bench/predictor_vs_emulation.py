@@ -22,10 +22,11 @@ from poseidon.experiments.emulation import DEFAULT_QUEUE_MS, TCP_GOODPUT_TBF
 from poseidon.experiments.predict import EXACT, Compression, Layout, Link, predict_cell
 from poseidon.experiments.profile import load_profile
 from poseidon.experiments.resolve import resolve_profile
+from poseidon.experiments.run import DEFAULT_CHUNK_BYTES
 
 
 def predict(profile, cell: dict, link: Link, per_node: int = 1,  # type: ignore[no-untyped-def]
-            compression: Compression = EXACT, chunk_bytes: int = 1 << 20,
+            compression: Compression = EXACT, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
             ) -> tuple[float, float]:  # fmt: skip
     """A cell's predicted iteration (a poseidon-tuned cell with the plan it ran; a `-flat`
     cell of several workers per node without local aggregation) and the share of it that
@@ -67,7 +68,7 @@ def compare(paths: list[str], profile_dirs: list[str] | None = None) -> list[tup
         kind, _, rank = str(data.get("compression", "none:4")).partition(":")
         compression = Compression(kind, int(rank or 4))
         queue_ms = float(data.get("queue_ms", DEFAULT_QUEUE_MS))  # older files: the default
-        chunk_bytes = int(data.get("chunk_bytes", 1 << 20))  # likewise
+        chunk_bytes = int(data.get("chunk_bytes", DEFAULT_CHUNK_BYTES))  # likewise
         for cell in data["cells"]:
             predicted, busy = predict(profile, cell, link, per_node, compression, chunk_bytes)
             error = predicted / cell["iteration_s"] - 1

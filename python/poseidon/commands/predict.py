@@ -67,7 +67,12 @@ def run(args: argparse.Namespace) -> int:
     from poseidon.experiments.report import Cell, Results, write_outputs
     from poseidon.experiments.resolve import resolve_model, resolve_profile
     from poseidon.experiments.tune import format_layer_schemes, predict
-    from poseidon.experiments.units import parse_bandwidth, parse_list, parse_nodes
+    from poseidon.experiments.units import (
+        check_chunk_bytes,
+        parse_bandwidth,
+        parse_list,
+        parse_nodes,
+    )
 
     try:
         nodes = parse_nodes(args.nodes)
@@ -76,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
         label, prototxt = resolve_model(args.model)
         profile_path = resolve_profile(args.profile, label)
         profile, batch = check_profile(profile_path, prototxt, None)
-        if args.chunk_bytes < 4 or args.chunk_bytes % 4:
-            raise ValueError(f"--chunk-bytes {args.chunk_bytes} (want a positive multiple of 4)")
+        check_chunk_bytes(args.chunk_bytes)
         allowed = Config(compression=parse_compression(args.compression, "--compression"),
                          powersgd_rank=parse_positive(str(args.powersgd_rank),
                                                       "--powersgd-rank")).allowance()  # fmt: skip

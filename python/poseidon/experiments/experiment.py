@@ -34,7 +34,12 @@ from poseidon.experiments.run import (
     port_for,
     run_cell,
 )
-from poseidon.experiments.units import parse_bandwidth, parse_list, parse_nodes
+from poseidon.experiments.units import (
+    check_chunk_bytes,
+    parse_bandwidth,
+    parse_list,
+    parse_nodes,
+)
 
 MODES = (*SYNC_MODES, "poseidon-tuned")
 QUICK_NODES = [1, 2]
@@ -154,10 +159,7 @@ class ExperimentRequest:
             queue_ms = args.queue_ms
         chunk_bytes = DEFAULT_CHUNK_BYTES
         if args.chunk_bytes is not None:
-            if args.chunk_bytes < 4 or args.chunk_bytes % 4:
-                raise ValueError(f"--chunk-bytes {args.chunk_bytes} (want a positive multiple "
-                                 "of 4)")  # fmt: skip
-            chunk_bytes = args.chunk_bytes
+            chunk_bytes = check_chunk_bytes(args.chunk_bytes)
         if args.emulate:
             from poseidon.experiments.emulation import check_can_emulate
 

@@ -80,3 +80,10 @@ def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
             f"{what} {unknown[0] if unknown else text!r}: want one or more of {', '.join(allowed)}"
         )
     return list(dict.fromkeys(values))
+
+
+def check_chunk_bytes(chunk_bytes: int) -> int:
+    """`--chunk-bytes` of experiment and predict: a PS chunk holds whole floats."""
+    if chunk_bytes < 4 or chunk_bytes % 4:
+        raise ValueError(f"--chunk-bytes {chunk_bytes} (want a positive multiple of 4)")
+    return chunk_bytes

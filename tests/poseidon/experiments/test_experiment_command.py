@@ -162,6 +162,7 @@ def test_emulation_without_iproute2_says_so(capsys, monkeypatch):
         (["--model", "nosuch"], "unknown model 'nosuch'"),
         (["--nodes", "1,-2"], "at least 1 node"),
         (["--modes", "allreduce,fast"], "mode 'fast'"),
+        (["--chunk-bytes", "6"], "--chunk-bytes 6 (want a positive multiple of 4)"),
         (["--model", "lenet"], "profile cifar10_quick.cpu.json"),
         # a device the zoo has no profile of: the model's shipped ones are named
         (
