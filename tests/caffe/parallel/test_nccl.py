@@ -117,8 +117,10 @@ def test_a_process_failing_mid_iteration_stops_the_others_at_once(tmp_path, fail
     log = result.stdout + result.stderr
     assert result.returncode != 0, log[-6000:]
     assert "rank 0 exit status 1" in log and "rank 1 exit status 1" in log, log[-6000:]
-    # The other process's error names the process at the origin and its exception.
-    origin = (rf"DistributedError: .*iteration 3 failed: worker {failing} .*"
+    # The other process's error names the process at the origin and its exception. The
+    # round it was in is iteration 3's, or iteration 2's when WFBP left one of that
+    # iteration's layers still to finish before its forward (CI saw both).
+    origin = (rf"DistributedError: .*iteration [23] failed: worker {failing} .*"
               rf"worker {failing} failed: injected failure at iteration 3")  # fmt: skip
     assert re.search(origin, log), log[-6000:]
     assert elapsed < 15, f"took {elapsed:.1f}s (POSEIDON_TIMEOUT_MS is 20s): {log[-3000:]}"
