@@ -42,8 +42,9 @@ G per machine: the cost model's Note [local aggregation]) and simulates the node
 one worker's with P = nodes, a machine's factors being its G workers' rows; each layer's
 local stage (`SchemeEstimate.local_bytes` at the `local` rate) delays its transfer by half
 and its completion by the other half. The flat layout (`poseidon-flat`: every worker a node
-of the paper's layout, P1 = P2 = nodes·G) gives each worker and its shard 1/G of the link,
-and what goes to the G−1 workers and shards of its own host does not cross it. All-reduce
+of the paper's layout, P1 = P2 = nodes·G) gives each worker and its shard 1/G of the link
+(but a turn's few shards receive through their hosts' whole links, `_ps_frames`), and what
+goes to the G−1 workers and shards of its own host does not cross it. All-reduce
 is one ring over all nodes·G workers in rank order, so each node's link carries one hop per
 step: 2·(P−1)/P of a bucket, P = nodes·G.
 """
@@ -436,8 +437,9 @@ def _ps_frames(uplink, index, layer, ready, nodes, link, threads, on_done, order
     per host, 1 in the paper's layout), as that many frames; its shard returns each chunk it
     owns to the P−c others off its host once every push is in, m·(P−c)/P frames on average
     too. A turn of m < P chunks reaches only m shards, whose links carry it all: its frames
-    move at (m/P)·rate in all. `on_done(t)` is called when the last sum is in; returns the
-    bytes the node sends."""
+    move at (m/P)·rate in all, or (c·m/P)·rate when `link` is 1/c of a host's link (the
+    flat layout), as each of those shards receives through its whole host's link.
+    `on_done(t)` is called when the last sum is in; returns the bytes the node sends."""
     turns = [layer.chunk_bytes[k : k + nodes] for k in range(0, len(layer.chunk_bytes), nodes)]
     remaining_turns = [len(turns)]
     peers = nodes - colocated
@@ -446,8 +448,8 @@ def _ps_frames(uplink, index, layer, ready, nodes, link, threads, on_done, order
         volume = peers / nodes * (sum(turn) + FRAME_HEADER_BYTES * m)
         count = max(1, round(m * peers / nodes))
         cap = link.bytes_per_s
-        if m < nodes:
-            cap = link.bytes_per_s * m / nodes / min(threads, count)
+        if m < nodes:  # the m shards' hosts' links, c times this node's share each
+            cap = link.bytes_per_s * colocated * m / nodes / min(threads, count)
         pushes_left = [count]
 
         def replies(t: float, first=order, volume=volume, count=count, cap=cap,

@@ -145,9 +145,5 @@ def test_several_workers_per_node_with_and_without_local_aggregation(tmp_path):
                          ("allreduce", Layout(2, True))):  # fmt: skip
         predicted = predict_cell(profile, mode, 2, link, layout=layout).iteration_s
         measured = cells[layout.label(mode)]["iteration_s"]
-        # The flat cell read 16-17% below its prediction in the failing runs on 2026-12-05
-        # (0.062-0.063 s against 0.0743 s, three runs of 5 iterations): a known miss of the
-        # flat model (issue 23), so it gets a wider band below; the others keep 15%.
-        below = 0.25 if layout.label(mode) == "poseidon-flat" else 0.15
-        assert predicted * (1 - below) <= measured <= predicted * 1.15, layout.label(mode)
+        assert predicted * 0.85 <= measured <= predicted * 1.15, layout.label(mode)
     assert not namespaces() and not worker_processes()

@@ -416,3 +416,18 @@ def test_a_cell_is_saturated_when_a_ps_mode_keeps_its_link_busy():
     assert not cell("wfbp", 1.0 / 0.65).saturated(link)  # busy 65%
     # The all-reduce's ring is modelled step by step: within 2% at any load.
     assert not cell("allreduce", 1.25).saturated(link)
+
+
+def test_a_flat_workers_one_chunk_round_runs_at_its_owners_whole_host_link():
+    """2 machines × 2 workers, flat: a one-chunk layer's shard receives the 2 remote
+    workers' pushes through its whole host's link, not through one worker's half of it,
+    and returns the sum to both through that link too (the cifar10_quick 2×2 emulation
+    read 16% below the prediction when the half was charged)."""
+    from poseidon.experiments.predict import Layout
+
+    floats = 20_000  # one chunk: under two of the 64 KiB a chunk is at least (Note [chunk layout])
+    profile = make_profile([relu("data"), conv("c1", floats, 0.01, 0.05)])
+    flat = predict_cell(profile, "wfbp", 2, LINK, layout=Layout(2, False))
+    frame_bytes = 4 * floats + FRAME_HEADER_BYTES
+    # 2 pushes into the owner's host, then 2 sums out of it, each pair at the link's B.
+    assert flat.iteration_s == pytest.approx(0.06 + 4 * frame_bytes / B)
