@@ -181,5 +181,6 @@ def format_profile(profile: Any) -> str:
         line(tuple("-" * w for w in widths)),
         *(line(row) for row in rows),
         f"total: forward {profile.forward_s * 1e3:.3f} ms, backward "
-        f"{profile.backward_s * 1e3:.3f} ms; iteration {profile.iteration_s * 1e3:.3f} ms",
+        f"{profile.backward_s * 1e3:.3f} ms; iteration {profile.iteration_s * 1e3:.3f} ms"
+        + (f"; host work {profile.host_s * 1e3:.3f} ms an iteration" if profile.host_s else ""),
     ])  # fmt: skip

@@ -8,18 +8,27 @@ thread comes back later than `free_at` by at most `slack_s` (its own bookkeeping
 sleep that woke late), the device is taken to have run back to back and the next target
 is counted from `free_at`, not from now, so those delays do not add up. A longer gap means
 the device really idled (the thread waited for a gradient): counting starts again from
-now. A CPU profile replays with `host_is_device`: there the device is the host, whose
-profiled layer times already include its own work, and the syncer's host work (copies, sums)
-delays the next layer instead of hiding behind it, so every gap between steps counts, except
-what a sleep overslept (the clock's own error, which a real CPU does not have) and what ran
-`untimed`: host work the profile already charged (the update's data -= diff, inside the
-profiled update_s, which the replay's solver spends and then does for real). Dilation
-stretches every compute time by one factor (the emulated links are slowed by the same
-factor), so that a 2-core machine can play 16 nodes: reported times are divided by it again.
+now. A CPU profile replays with `host_is_device`: there the device is the host, which
+does everything in line. Its profile holds its layers, its updates and, as `host_s`, the
+engine's own work between them (profile_host.py, Note [host work]), which the replayed
+layers spend with their forward. The replay's own host work between steps (its Python, the
+syncer's copies) is not the emulated node's and counts as nothing (the predictor charges
+none either); what counts of a gap is the part the training thread spent off the CPU —
+waiting for a gradient, or for a core of this machine — minus what a sleep overslept (the
+clock's own error) and what ran `untimed` (the update's data -= diff, inside the profiled
+update_s). So a CPU replay and the
+predictor charge the same compute, whatever the dilation. (Until 2026-12-05 every gap
+counted in full, in real time: the replay's own host work, 1–3 ms an iteration on the
+unseen nets of docs/experiments.md §6.5, then weighed 1/d of what it would on the node,
+and the one-node cells read 2–4% above the prediction, by an amount that fell with d.)
+Dilation stretches every compute time by one factor (the emulated links are slowed by the
+same factor), so that a 2-core machine can play 16 nodes: reported times are divided by it
+again.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,27 +59,42 @@ class ReplayClock:
         self._free_at = 0.0
         self._overslept = 0.0  # how far past its target the last sleep woke
         self._untimed = 0.0  # host seconds since the last step that count as nothing
+        # The training thread (the one that made the clock) and its CPU clock: inside
+        # `untimed`, and when its last step ended (None before its first). A step spent
+        # from another thread (a PowerSGD continuation) cannot tell the training thread's
+        # work from its waits: its gap counts in full.
+        self._owner = threading.get_ident()
+        self._untimed_cpu = 0.0
+        self._cpu_mark: float | None = None
 
     @contextmanager
     def untimed(self) -> Iterator[None]:
         """Host work inside does not count as the host's own between steps: the profile
         already charged it (Note [device clock])."""
-        start = time.perf_counter()
+        owner = threading.get_ident() == self._owner
+        start, cpu = time.perf_counter(), time.thread_time() if owner else 0.0
         try:
             yield
         finally:
             self._untimed += time.perf_counter() - start
+            if owner:
+                self._untimed_cpu += time.thread_time() - cpu
 
     def spend(self, seconds: float) -> None:
         """Block for `seconds` of device time (× dilation), counted as described above."""
         if seconds <= 0:
             return
         now = time.perf_counter() - self._untimed
+        owner = threading.get_ident() == self._owner
+        host_cpu = 0.0  # the training thread's own work since its last step
+        if owner and self._cpu_mark is not None:
+            host_cpu = max(0.0, time.thread_time() - self._cpu_mark - self._untimed_cpu)
         self._untimed = 0.0
+        if owner:
+            self._untimed_cpu = 0.0
         if self.host_is_device:
-            # All the time since the last step ended was the host's own work (a CPU does it
-            # in line), except the last sleep's lateness: that is the clock's, not the host's.
-            start = max(self._free_at, now - self._overslept)
+            # Of the time since the last step ended, only the waits count (see above).
+            start = max(self._free_at, now - self._overslept - host_cpu)
         elif now > self._free_at + self.slack_s:
             start = now
             self.stats.restarts += 1
@@ -84,6 +108,8 @@ class ReplayClock:
         if remaining > 0:
             time.sleep(remaining)
         woke = time.perf_counter()
+        if owner:
+            self._cpu_mark = time.thread_time()
         self._overslept = max(0.0, woke - target)
         self.stats.late_s += self._overslept
 

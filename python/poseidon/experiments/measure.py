@@ -45,7 +45,8 @@ def measure_profile(
         try:
             net = build_net(prototxt_path, batch)
             profile = skeleton(net, prototxt_path, device)
-            samples = collect_samples(net, iterations, warmup)
+            host_of = (prototxt_path, batch) if device == "cpu" else None
+            samples = collect_samples(net, iterations, warmup, host_of=host_of)
         finally:
             torch.set_num_threads(previous_threads)
     apply_samples(profile, samples)

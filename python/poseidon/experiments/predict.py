@@ -4,7 +4,9 @@ The model is the system as built, one worker and one shard per node (the paper's
 layout), every node alike:
 
 - Compute: the profile's per-layer forward, backward and update times, in net order (a
-  deferred update runs when its layer's sync is in, before its forward). An FC layer
+  deferred update runs when its layer's sync is in, before its forward), and a CPU
+  profile's host work (`host_s`, profile_host.py's Note [host work]) in equal shares with
+  each layer's forward. An FC layer
   synchronised by SFB skips its dW share of backward and, before its next forward,
   rebuilds the gradient from K·P rows at the profile's GEMM rate (SfbTiming.rebuild_s).
 - Bytes: the plan of the C++ cost model (`poseidon._C.make_plan`, the coordinator's own
@@ -270,6 +272,9 @@ def predict_cell(
         chosen = _planned_layers(profile, mode, nodes, chunk_bytes, layer_schemes, pusher_link,
                                  compression, layout)  # fmt: skip
         planned = {s.index: s for s in chosen}
+    # A CPU's own host work (Note [host work]): an equal share with each layer's forward,
+    # as the replay spends it (replay.py).
+    host_step = profile.host_s / len(layers)
     # Backward: layer L-1 down to 0; a layer's sync may start when its backward ends.
     now, backward_end = 0.0, {}
     compute = 0.0
@@ -324,8 +329,8 @@ def predict_cell(
                 rebuild += synced.rebuild_s
             if index in deferred:
                 now += layer.update_s
-        now += layer.forward_s
-        compute += layer.forward_s
+        now += layer.forward_s + host_step
+        compute += layer.forward_s + host_step
     wait = now - compute - rebuild
     chosen = dict(layer_schemes or {}) if mode == "poseidon" else {}
     return CellPrediction(layout.label(mode), nodes, now, compute, rebuild, wait, sent, chosen, g)

@@ -21,6 +21,7 @@ Schema "poseidon-profile/1" (JSON; times in seconds, rates in FLOP/s):
      "derivation": {"shares": str, "total_s": float, "source": str, "base_profile": str,
                     "notes": str},                                (derived profiles)
      "iteration_s": float,                 one whole forward+backward pass
+     "host_s": float,                      a CPU's host work per iteration (optional, 0)
      "layers": [{"name": str, "type": str,         every layer of the TRAIN net, net order
                  "forward_s": float, "backward_s": float, "update_s": float,
                  "flops_forward": float, "flops_backward": float, "bytes": float,
@@ -36,7 +37,10 @@ weight decay, and data -= diff): device time each iteration besides forward and 
 0 for a layer without parameters. `sfb.weight_grad_s` is the part of backward_s that
 sufficient-factor broadcasting skips (the dW GEMM and the bias sum); `gemm_flops_per_s` is
 the device's rate for the rebuild GEMM dW = dYᵀ·X with the given number of rows (K·P1 for
-P1 workers), which is how the replay and the predictor charge the rebuild.
+P1 workers), which is how the replay and the predictor charge the rebuild. `host_s` is what
+a CPU spends per iteration in the engine's own Python besides all of those, measured by
+`poseidon profile` on a CPU (profile_host.py, Note [host work]); a GPU hides it behind its
+kernels, so GPU and derived profiles have 0, as has a profile written before the field.
 """
 
 from __future__ import annotations
@@ -120,6 +124,7 @@ class Profile:
     iteration_s: float
     measurement: dict[str, Any] | None = None
     derivation: dict[str, Any] | None = None
+    host_s: float = 0.0  # a CPU's own work per iteration besides the parts (Note [host work])
     path: str = ""  # where it was read from (not saved)
 
     # ----- queries ------------------------------------------------------------------------
@@ -221,6 +226,7 @@ def profile_from_json(data: Any, where: str) -> Profile:
         iteration_s=reader.seconds(data, "iteration_s"),
         measurement=data.get("measurement") if method == "measured" else None,
         derivation=data.get("derivation") if method == "derived" else None,
+        host_s=reader.seconds(data, "host_s") if "host_s" in data else 0.0,
     )
 
 

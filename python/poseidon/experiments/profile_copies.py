@@ -111,7 +111,8 @@ def _copy_main(
         choose_device(device)
         net = build_net(path, batch)
         profile = skeleton(net, path, device) if rank == 0 else None
-        samples = collect_samples(net, iterations, warmup, ready=barrier.wait)
+        host_of = (path, batch) if device == "cpu" else None
+        samples = collect_samples(net, iterations, warmup, ready=barrier.wait, host_of=host_of)
         results.put((rank, None, profile, samples))
     except BaseException as e:  # reported to the parent, which names the copy
         from caffe.errors import CaffeError

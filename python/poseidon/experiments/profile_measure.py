@@ -23,7 +23,8 @@ import os
 import platform
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,12 +49,18 @@ def build_net(path: str, batch: int | None = None) -> Any:
     param.state.phase = caffe.TRAIN
     if batch is not None:
         set_batch(param, batch, path)
-    # Building a net logs every layer at INFO; the profile is the output here.
+    with quiet_engine():
+        return caffe.Net(param)
+
+
+@contextmanager
+def quiet_engine() -> Iterator[None]:
+    """Building a net logs every layer at INFO; the profile is the output here."""
     engine_log = logging.getLogger("caffe")
     level = engine_log.level
     engine_log.setLevel(max(level, logging.WARNING))
     try:
-        return caffe.Net(param)
+        yield
     finally:
         engine_log.setLevel(level)
 
@@ -79,11 +86,14 @@ class Samples:
     gemm: dict[int, dict[int, list[float]]] = field(default_factory=dict)
     # Layer index -> times of the solver update of the parameters it owns.
     update: dict[int, list[float]] = field(default_factory=dict)
+    # A CPU's host work per iteration, one sample per round (profile_host.py).
+    host: list[float] = field(default_factory=list)
 
     def merge(self, other: Samples) -> None:
         for mine, theirs in zip(self.forward + self.backward, other.forward + other.backward):
             mine.extend(theirs)
         self.iteration.extend(other.iteration)
+        self.host.extend(other.host)
         for index, times in other.update.items():
             self.update.setdefault(index, []).extend(times)
         for index, by_rows in other.gemm.items():
@@ -151,7 +161,7 @@ def _update_op(blobs: list[Any]) -> Callable[[], None]:
     return run
 
 
-def _update_samples(net: Any, iterations: int) -> dict[int, list[float]]:
+def update_samples(net: Any, iterations: int) -> dict[int, list[float]]:
     owned = {id(blob) for blob in net.learnable_params}
     samples = {}
     for index, layer in enumerate(net.layers):
@@ -175,9 +185,14 @@ def sfb_layers(net: Any) -> list[int]:
 
 
 def collect_samples(
-    net: Any, iterations: int, warmup: int, ready: Callable[[], None] | None = None
+    net: Any,
+    iterations: int,
+    warmup: int,
+    ready: Callable[[], None] | None = None,
+    host_of: tuple[str, int | None] | None = None,
 ) -> Samples:
-    """Warm up, call `ready()` (copies start together there), then time."""
+    """Warm up, call `ready()` (copies start together there), then time; with `host_of`
+    (the net's prototxt and batch: a CPU's), its host work too (profile_host.py)."""
     from caffe.tools.layer_timing import time_layers
 
     time_layers(net, warmup)
@@ -193,7 +208,11 @@ def collect_samples(
     # Right after a backward pass: every top diff and bottom datum is the one it used.
     for index in sfb_layers(net):
         samples.gemm[index] = _gemm_samples(net, index, iterations)
-    samples.update = _update_samples(net, iterations)  # last: it changes the weights
+    samples.update = update_samples(net, iterations)  # it changes the weights
+    if host_of is not None:
+        from poseidon.experiments.profile_host import host_samples
+
+        samples.host = host_samples(*host_of, iterations, warmup)
     return samples
 
 
@@ -233,6 +252,10 @@ def apply_samples(profile: Profile, samples: Samples) -> None:
         if i in samples.update:
             layer.update_s = statistics.median(samples.update[i])
     profile.iteration_s = statistics.median(samples.iteration)
+    if samples.host:
+        from poseidon.experiments.profile_host import host_seconds
+
+        profile.host_s = host_seconds(samples.host)
     for index, by_rows in samples.gemm.items():
         layer = profile.layers[index]
         outputs, inputs = _ip_dims(layer)

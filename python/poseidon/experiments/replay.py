@@ -10,7 +10,8 @@ arithmetic is gone. docs/design.md §4: simulated compute, real communication.
 
 What a ReplayLayer does:
 - forward and backward sleep the profile's time on the process's device clock
-  (poseidon/experiments/clock.py), dilated; tops are 1-element blobs;
+  (poseidon/experiments/clock.py), dilated, forward with its share of a CPU profile's host
+  work (`host_s` / layers: profile_host.py, Note [host work]); tops are 1-element blobs;
 - its learnable blobs have the real sizes divided by the byte scale s (rounded up), so the
   PS moves 1/s of the bytes over links slowed by s (transfer times are kept); the plan is
   decided on the real shapes (`comm_shape` reports the profile's, not the blobs');
@@ -116,6 +117,8 @@ def replay_net_param(
             "forward_s": timing.forward_s,
             "backward_s": timing.backward_s,
             "update_s": timing.update_s,
+            # A CPU's host work (Note [host work]): a share with each forward, as predicted.
+            "host_s": profile.host_s / len(profile.layers),
             "blobs": [scaled(count, byte_scale) for count in timing.blobs],
             "byte_scale": byte_scale,
         }
@@ -145,6 +148,7 @@ class ReplayLayer(Layer):
         self.forward_s: float = spec["forward_s"]
         self.backward_s: float = spec["backward_s"]
         self.update_s: float = spec.get("update_s", 0.0)
+        self.host_s: float = spec.get("host_s", 0.0)
         self.blob_sizes: list[int] = spec["blobs"]
         self.byte_scale: int = spec["byte_scale"]
         shape = spec.get("shape")
@@ -206,7 +210,7 @@ class ReplayLayer(Layer):
             blob.reshape([1])
 
     def forward(self, bottom, top):
-        device_clock().spend(self.forward_s)
+        device_clock().spend(self.forward_s + self.host_s)
 
     def backward(self, top, propagate_down, bottom):
         sink = self.sufficient_factor_sink

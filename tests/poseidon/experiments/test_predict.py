@@ -431,3 +431,15 @@ def test_a_flat_workers_one_chunk_round_runs_at_its_owners_whole_host_link():
     frame_bytes = 4 * floats + FRAME_HEADER_BYTES
     # 2 pushes into the owner's host, then 2 sums out of it, each pair at the link's B.
     assert flat.iteration_s == pytest.approx(0.06 + 4 * frame_bytes / B)
+
+
+def test_a_cpus_host_work_is_charged_with_each_forward():
+    """Note [host work]: host_s in equal shares with each layer's forward, as the replay
+    spends it; at P = 1 it adds up to itself, and at P = 2 c1's share follows its round."""
+    profile = make_profile([relu("data"), conv("c1", 1_000_000, 0.01, 0.05)])
+    alone = predict_cell(profile, "wfbp", 1, LINK).iteration_s
+    spread = predict_cell(profile, "wfbp", 2, LINK).iteration_s
+    profile.host_s = 0.004  # 2 ms with each of the 2 forwards
+    assert predict_cell(profile, "wfbp", 1, LINK).iteration_s == pytest.approx(alone + 0.004)
+    # data's share runs while c1's round does; c1's comes after the round, on the path.
+    assert predict_cell(profile, "wfbp", 2, LINK).iteration_s == pytest.approx(spread + 0.002)

@@ -40,6 +40,7 @@ def test_measure_and_derive(tmp_path, capsys):
     assert main(["profile", "--derive", "titanx-maxwell", "--from", str(CIFAR_CPU),
                  "-o", str(derived)]) == 0  # fmt: skip
     assert load_profile(str(derived)).device["tag"] == "titanx-maxwell"
+    assert load_profile(str(derived)).host_s == 0.0  # a GPU hides it (Note [host work])
 
 
 def test_bad_input(tmp_path, capsys):

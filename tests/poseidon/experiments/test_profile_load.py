@@ -65,6 +65,13 @@ def test_round_trip(tmp_path):
     loaded.path = ""
     assert loaded == profile
     assert loaded.layer("fc").sfb.rebuild_s(4, 5, 8) == pytest.approx((2 * 4 * 5 * 8 + 32) / 2e9)
+    # A CPU's host work round-trips; a profile written before the field has none.
+    profile.host_s = 0.0015
+    profile.save(path)
+    assert load_profile(path).host_s == 0.0015
+    data = profile.to_json()
+    del data["host_s"]
+    assert load_profile(write(tmp_path, data)).host_s == 0.0
 
 
 def test_not_json_names_the_line(tmp_path):
@@ -91,6 +98,8 @@ def test_missing_file(tmp_path):
         (lambda d: d["layers"][1]["sync"].update(kind="ring"),
          r": layers\[1\] \(fc\): field 'kind' is 'ring'"),
         (lambda d: d.update(layers=[]), r": field 'layers' is empty"),
+        (lambda d: d.update(host_s=-0.001), r": field 'host_s' is negative"),
+        (lambda d: d.update(host_s="1 ms"), r": field 'host_s' wants a finite number"),
     ],
 )  # fmt: skip
 def test_bad_fields_name_file_and_field(tmp_path, edit, message):

@@ -40,6 +40,9 @@ def test_round_trip_and_contents(cifar_profile, tmp_path):
     assert profile.measurement["iterations"] == 2 and profile.measurement["copies"] == 1
     assert profile.measurement["statistic"] == "median"
     assert profile.iteration_s > 0
+    # A CPU's host work (Note [host work]) was measured; on this tiny net it is a fraction
+    # of a millisecond, so only its bounds are checked here (its measure: below).
+    assert 0 <= profile.host_s < profile.iteration_s
     for layer in profile.layers:
         assert layer.forward_s > 0 and layer.backward_s > 0, layer.name
     # The sync shapes are sync_layout's, layer for layer.
@@ -113,3 +116,36 @@ def test_names_and_tags():
     assert gpu_tag("NVIDIA GeForce RTX 4090") == "rtx4090"
     assert gpu_tag("Tesla V100-SXM2-16GB") == "v100"
     assert gpu_tag("NVIDIA A100-SXM4-80GB") == "a100"
+
+
+def test_host_work_is_what_a_solver_step_spends_besides_its_parts(monkeypatch, tmp_path):
+    """Note [host work]: 5 ms of extra work in each solver step, outside every layer and
+    update, reads as host work; each round pairs a step with its parts."""
+    import time
+
+    from poseidon.experiments import profile_host
+
+    real_solver = profile_host._solver
+
+    def solver_with_host_work(path, batch):
+        solver = real_solver(path, batch)
+        step = solver.step
+
+        def slow_step(iterations):
+            step(iterations)
+            until = time.perf_counter() + 0.005 * iterations
+            while time.perf_counter() < until:
+                pass
+
+        solver.step = slow_step
+        return solver
+
+    net = tmp_path / "small.prototxt"
+    net.write_text(SMALL)
+    plain = profile_host.host_samples(str(net), 2, 5, 1)
+    monkeypatch.setattr(profile_host, "_solver", solver_with_host_work)
+    slowed = profile_host.host_samples(str(net), 2, 5, 1)
+    assert len(plain) == len(slowed) == 5
+    extra = profile_host.host_seconds(slowed) - profile_host.host_seconds(plain)
+    assert extra == pytest.approx(0.005, abs=0.003)
+    assert profile_host.host_seconds([-0.001, -0.002, 0.0005]) == 0.0  # parts outweigh

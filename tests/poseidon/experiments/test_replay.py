@@ -75,11 +75,12 @@ def test_blobs_shrink_by_the_byte_scale_and_the_plan_stays_the_real_one(tmp_path
 
 def test_layers_spend_the_profiles_time_on_the_dilated_clock(profile):
     clock.configure(dilation=2.0)
+    profile.host_s = 0.003  # a CPU's host work: a share with each forward
     net = replay_net(profile)
     started = time.perf_counter()
     net.forward_backward()
     elapsed = time.perf_counter() - started
-    wanted = sum(x.forward_s for x in profile.layers)
+    wanted = sum(x.forward_s for x in profile.layers) + profile.host_s
     wanted += sum(x.backward_s for x, need in zip(profile.layers, net.layer_need_backward) if need)
     assert elapsed == pytest.approx(2.0 * wanted, rel=0.15)
     assert clock.device_clock().stats.charged_s == pytest.approx(wanted, rel=1e-9)
@@ -91,15 +92,29 @@ class FakeTime:
 
     def __init__(self):
         self.now = 100.0
+        self.cpu = 0.0  # the thread's CPU time: its work, not its sleeps
 
     def perf_counter(self) -> float:
         return self.now
+
+    def thread_time(self) -> float:
+        return self.cpu
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds + 0.0002
 
     def work(self, seconds: float) -> None:
         self.now += seconds
+        self.cpu += seconds
+
+
+def ten_steps_with_work(device: clock.ReplayClock, fake: FakeTime) -> float:
+    """Seconds for 10 steps of 4 ms, each followed by 1 ms of the thread's own work."""
+    started = fake.perf_counter()
+    for _ in range(10):
+        device.spend(0.004)
+        fake.work(0.001)
+    return fake.perf_counter() - started
 
 
 def test_the_clock_absorbs_its_own_lateness(monkeypatch):
@@ -108,11 +123,7 @@ def test_the_clock_absorbs_its_own_lateness(monkeypatch):
     fake = FakeTime()
     monkeypatch.setattr(clock, "time", fake)
     device = clock.ReplayClock(dilation=1.0, slack_s=0.005)
-    started = fake.perf_counter()
-    for _ in range(10):
-        device.spend(0.004)
-        fake.work(0.001)  # the thread's own work between layers
-    elapsed = fake.perf_counter() - started
+    elapsed = ten_steps_with_work(device, fake)
     # 10 x (4 ms + 1 ms of the thread's own work) would be 50 ms; the device ran its
     # 40 ms back to back, plus the last 1 ms and the last sleep's lateness.
     assert elapsed == pytest.approx(0.0412, abs=1e-9)
@@ -157,11 +168,9 @@ def test_layers_that_pin_their_own_lr_mult_stay_frozen_in_the_replay(tmp_path):
     assert replay.params_lr == real.params_lr
 
 
-def test_a_cpu_is_its_own_host_so_its_replay_gives_no_back_to_back_credit(
-    tmp_path, profile, monkeypatch
-):
-    # The worker replays a CPU profile on a clock where host work adds (as on a CPU), any
-    # other device's with the default slack (a GPU's queue hides host work).
+def test_a_cpu_profile_replays_on_the_hosts_clock(tmp_path, profile, monkeypatch):
+    # The worker replays a CPU profile on the host's clock (waits count, its own work does
+    # not), any other device's with the default slack (a GPU's queue hides host work).
     import argparse
     import json
 
@@ -181,19 +190,10 @@ def test_a_cpu_is_its_own_host_so_its_replay_gives_no_back_to_back_credit(
         assert clock.device_clock().host_is_device == host_is_device
     clock.configure(dilation=1.0)
 
-    # On the host, its own work between steps adds up; only a sleep's lateness does not.
     fake = FakeTime()
     monkeypatch.setattr(clock, "time", fake)
-    device = clock.ReplayClock(dilation=1.0, host_is_device=True)
-    started = fake.perf_counter()
-    for _ in range(10):
-        device.spend(0.004)
-        fake.work(0.001)
-    assert fake.perf_counter() - started == pytest.approx(0.0502, abs=1e-9)
-
-    # Work the profile already charged (the update's data -= diff) runs untimed: of 3 ms
-    # between two 4 ms steps, 1 ms counts (the second step ends 5 ms after the first,
-    # 7 ms without `untimed`).
+    # Work the profile already charged (untimed: the update's data -= diff) counts as
+    # nothing, its wall time included: the second step ends 4 ms after the first.
     device = clock.ReplayClock(dilation=1.0, host_is_device=True)
     device.spend(0.004)
     started = fake.perf_counter()
@@ -201,7 +201,7 @@ def test_a_cpu_is_its_own_host_so_its_replay_gives_no_back_to_back_credit(
     with device.untimed():
         fake.work(0.002)
     device.spend(0.004)
-    assert fake.perf_counter() - started == pytest.approx(0.0050, abs=1e-9)
+    assert fake.perf_counter() - started == pytest.approx(0.0040, abs=1e-9)
 
 
 def test_a_replayed_powersgd_layer_moves_a_scaled_wire_and_spends_the_plans_compute(
@@ -249,3 +249,36 @@ def test_a_replayed_powersgd_layer_moves_a_scaled_wire_and_spends_the_plans_comp
     assert compute["powersgd"] - compute["ps"] == pytest.approx(
         e.encode_s + e.between_s + e.finish_s, rel=1e-6
     )
+
+
+@pytest.mark.parametrize("dilation", [1.0, 4.0])
+def test_a_cpu_replay_counts_its_waits_and_none_of_its_own_work(monkeypatch, dilation):
+    # The thread's own work between steps counts as nothing, whatever the dilation (the
+    # profile's host_s, spent with each forward, stands for the node's: Note [host work]);
+    # a wait off the CPU (a gradient in flight) counts in full: 20 ms here are 20/d ms of
+    # the cluster's, as the links are dilated too.
+    import threading
+
+    fake = FakeTime()
+    monkeypatch.setattr(clock, "time", fake)
+    device = clock.ReplayClock(dilation=dilation, host_is_device=True)
+    # 10 steps back to back, the last 1 ms of work and the last sleep's lateness.
+    assert ten_steps_with_work(device, fake) == pytest.approx(
+        10 * 0.004 * dilation + 0.0012, abs=1e-9
+    )
+    device.spend(0.004)
+    started = fake.perf_counter()
+    fake.sleep(0.02)  # woken 0.2 ms late: 20.2 ms off the CPU
+    fake.work(0.001)
+    device.spend(0.004)
+    assert fake.perf_counter() - started == pytest.approx(0.0202 + 0.004 * dilation, abs=1e-9)
+
+    # A step spent from another thread (PowerSGD's continuation) cannot tell the training
+    # thread's work from a wait: that gap counts in full, 1 ms here.
+    device.spend(0.004)
+    fake.work(0.001)
+    started = fake.perf_counter()
+    other = threading.Thread(target=device.spend, args=(0.004,))
+    other.start()
+    other.join()
+    assert fake.perf_counter() - started == pytest.approx(0.004 * dilation, abs=1e-9)
