@@ -23,6 +23,10 @@ def test_defaults_match_the_cpp_constants() -> None:
     assert c.handshake_timeout_ms == _C.DEFAULT_HANDSHAKE_TIMEOUT_MS
     assert c.comm_threads == _C.DEFAULT_COMM_THREADS
     assert c.notsent_lowat_bytes == _C.Config().notsent_lowat_bytes
+    # The experiments' chunk (emulation, predictor) is the core's default too.
+    from poseidon.experiments import run
+
+    assert run.DEFAULT_CHUNK_BYTES == _C.DEFAULT_CHUNK_BYTES
 
 
 def test_every_variable_is_read() -> None:

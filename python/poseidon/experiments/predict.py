@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 
 from poseidon.config import SYNC_MODES
 from poseidon.experiments.profile import Profile
+from poseidon.experiments.run import DEFAULT_CHUNK_BYTES
 from poseidon.experiments.uplink import SHARD, WORKER, Frame, Uplink
 
 MODES = SYNC_MODES
@@ -246,7 +247,7 @@ def predict_cell(
     mode: str,
     nodes: int,
     link: Link,
-    chunk_bytes: int = 1 << 20,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     buckets: Callable[[Profile], list[tuple[list[int], float]]] | None = None,
     threads: int = 2,
     layer_schemes: dict[str, str] | None = None,
@@ -337,7 +338,7 @@ def predict_cell(
 
 
 def ps_round_s(
-    floats: int, nodes: int, link: Link, chunk_bytes: int = 1 << 20, threads: int = 2
+    floats: int, nodes: int, link: Link, chunk_bytes: int = DEFAULT_CHUNK_BYTES, threads: int = 2
 ) -> float:
     """One push-pull round of a lone tensor of `floats` floats on `nodes` nodes, one worker
     and one shard each, as the predictor models a PS layer's round (chunked as the

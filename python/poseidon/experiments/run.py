@@ -53,7 +53,7 @@ HOST_CPU_SHARE = 0.15
 # Bytes are shrunk before time is stretched, down to frames of 1/32 of the real ones (a
 # 1 MiB chunk is 32 KiB) — beyond that per-frame costs start to matter.
 PREFERRED_BYTE_SCALE = 32
-DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_CHUNK_BYTES = 1 << 20  # the comm core's (config.h kDefaultChunkBytes; tested equal)
 DEFAULT_NOTSENT_LOWAT_BYTES = 256 << 10
 DDP_BUCKET_CAP_BYTES = 25 << 20
 DDP_FIRST_BUCKET_BYTES = 1 << 20
