@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     caffe.set_mode_cpu()
     for _ in range(args.rounds):
         samples = host_samples(args.net, args.batch, args.iterations, warmup=5)
-        low, high = statistics.quantiles(samples, n=4)[0], statistics.quantiles(samples, n=4)[2]
+        low, _, high = statistics.quantiles(samples, n=4)
         print(f"host {host_seconds(samples) * 1e3:.2f} ms per iteration (quartiles "
               f"{low * 1e3:.2f}-{high * 1e3:.2f} ms, {len(samples)} steps)")  # fmt: skip
     return 0
