@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)  # as the CPU profiles and the replay's workers run
     import caffe
-    from poseidon.experiments.profile_host import host_samples, host_seconds
+    from poseidon.experiments.profile_host import host_samples
+    from poseidon.experiments.profile_measure import host_seconds
 
     caffe.set_mode_cpu()
     for _ in range(args.rounds):

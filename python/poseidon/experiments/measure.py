@@ -8,6 +8,7 @@ import datetime
 
 from poseidon.experiments.profile import Profile
 from poseidon.experiments.profile_copies import measure_copies
+from poseidon.experiments.profile_host import host_samples
 from poseidon.experiments.profile_measure import (
     apply_samples,
     build_net,
@@ -45,8 +46,9 @@ def measure_profile(
         try:
             net = build_net(prototxt_path, batch)
             profile = skeleton(net, prototxt_path, device)
-            host_of = (prototxt_path, batch) if device == "cpu" else None
-            samples = collect_samples(net, iterations, warmup, host_of=host_of)
+            samples = collect_samples(net, iterations, warmup)
+            if device == "cpu":  # Note [host work]
+                samples.host = host_samples(prototxt_path, batch, iterations, warmup)
         finally:
             torch.set_num_threads(previous_threads)
     apply_samples(profile, samples)

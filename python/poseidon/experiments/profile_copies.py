@@ -17,6 +17,7 @@ import queue
 from typing import Any
 
 from poseidon.experiments.profile import Profile
+from poseidon.experiments.profile_host import host_samples
 from poseidon.experiments.profile_measure import (
     Samples,
     build_net,
@@ -111,8 +112,9 @@ def _copy_main(
         choose_device(device)
         net = build_net(path, batch)
         profile = skeleton(net, path, device) if rank == 0 else None
-        host_of = (path, batch) if device == "cpu" else None
-        samples = collect_samples(net, iterations, warmup, ready=barrier.wait, host_of=host_of)
+        samples = collect_samples(net, iterations, warmup, ready=barrier.wait)
+        if device == "cpu":  # Note [host work]
+            samples.host = host_samples(path, batch, iterations, warmup)
         results.put((rank, None, profile, samples))
     except BaseException as e:  # reported to the parent, which names the copy
         from caffe.errors import CaffeError

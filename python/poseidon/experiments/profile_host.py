@@ -18,7 +18,6 @@ which is not the emulated node's, counts as nothing (clock.py, Note [device cloc
 
 from __future__ import annotations
 
-import statistics
 import time
 
 from poseidon.experiments.netspec import set_batch
@@ -32,7 +31,8 @@ from poseidon.experiments.profile_measure import (
 
 
 def host_samples(path: str, batch: int | None, iterations: int, warmup: int) -> list[float]:
-    """Each round's solver step minus its net's layers and updates timed alone, seconds."""
+    """Each round's solver step minus its net's layers and updates timed alone, seconds
+    (`profile_measure.host_seconds` makes the profile's figure of them)."""
     from caffe.tools.layer_timing import time_layers
 
     solver = _solver(path, batch)
@@ -49,11 +49,6 @@ def host_samples(path: str, batch: int | None, iterations: int, warmup: int) -> 
         parts += sum(times[0] for times in updates.values())
         samples.append(step - parts)
     return samples
-
-
-def host_seconds(samples: list[float]) -> float:
-    """The profile's `host_s`: the median round, 0 if the parts outweigh the step."""
-    return max(0.0, statistics.median(samples)) if samples else 0.0
 
 
 def _solver(path: str, batch: int | None):  # type: ignore[no-untyped-def]

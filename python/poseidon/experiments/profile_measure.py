@@ -185,14 +185,10 @@ def sfb_layers(net: Any) -> list[int]:
 
 
 def collect_samples(
-    net: Any,
-    iterations: int,
-    warmup: int,
-    ready: Callable[[], None] | None = None,
-    host_of: tuple[str, int | None] | None = None,
+    net: Any, iterations: int, warmup: int, ready: Callable[[], None] | None = None
 ) -> Samples:
-    """Warm up, call `ready()` (copies start together there), then time; with `host_of`
-    (the net's prototxt and batch: a CPU's), its host work too (profile_host.py)."""
+    """Warm up, call `ready()` (copies start together there), then time. A CPU's host work
+    is the caller's to add (`Samples.host`, profile_host.host_samples)."""
     from caffe.tools.layer_timing import time_layers
 
     time_layers(net, warmup)
@@ -208,11 +204,7 @@ def collect_samples(
     # Right after a backward pass: every top diff and bottom datum is the one it used.
     for index in sfb_layers(net):
         samples.gemm[index] = _gemm_samples(net, index, iterations)
-    samples.update = update_samples(net, iterations)  # it changes the weights
-    if host_of is not None:
-        from poseidon.experiments.profile_host import host_samples
-
-        samples.host = host_samples(*host_of, iterations, warmup)
+    samples.update = update_samples(net, iterations)  # last: it changes the weights
     return samples
 
 
@@ -253,8 +245,6 @@ def apply_samples(profile: Profile, samples: Samples) -> None:
             layer.update_s = statistics.median(samples.update[i])
     profile.iteration_s = statistics.median(samples.iteration)
     if samples.host:
-        from poseidon.experiments.profile_host import host_seconds
-
         profile.host_s = host_seconds(samples.host)
     for index, by_rows in samples.gemm.items():
         layer = profile.layers[index]
@@ -262,6 +252,12 @@ def apply_samples(profile: Profile, samples: Samples) -> None:
         rates = {rows: rebuild_flops(outputs, inputs, rows) / statistics.median(times)
                  for rows, times in sorted(by_rows.items())}  # fmt: skip
         layer.sfb = SfbTiming(statistics.median(by_rows[min(by_rows)]), rates)
+
+
+def host_seconds(samples: list[float]) -> float:
+    """A profile's `host_s` from its rounds (profile_host.py, Note [host work]): the median,
+    0 if the parts outweigh the step."""
+    return max(0.0, statistics.median(samples)) if samples else 0.0
 
 
 def _ip_dims(layer: LayerProfile) -> tuple[int, int]:

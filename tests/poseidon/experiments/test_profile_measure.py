@@ -11,7 +11,7 @@ from caffe.proto import caffe_pb2
 from poseidon.experiments.measure import measure_profile
 from poseidon.experiments.netspec import set_batch
 from poseidon.experiments.profile import SyncShape, load_profile
-from poseidon.experiments.profile_measure import build_net, gpu_tag
+from poseidon.experiments.profile_measure import build_net, gpu_tag, host_seconds
 from poseidon.experiments.resolve import model_label, resolve_model
 from tests.poseidon.experiments.nets import CIFAR10_QUICK, SMALL
 
@@ -146,6 +146,6 @@ def test_host_work_is_what_a_solver_step_spends_besides_its_parts(monkeypatch, t
     monkeypatch.setattr(profile_host, "_solver", solver_with_host_work)
     slowed = profile_host.host_samples(str(net), 2, 5, 1)
     assert len(plain) == len(slowed) == 5
-    extra = profile_host.host_seconds(slowed) - profile_host.host_seconds(plain)
+    extra = host_seconds(slowed) - host_seconds(plain)
     assert extra == pytest.approx(0.005, abs=0.003)
-    assert profile_host.host_seconds([-0.001, -0.002, 0.0005]) == 0.0  # parts outweigh
+    assert host_seconds([-0.001, -0.002, 0.0005]) == 0.0  # parts outweigh
