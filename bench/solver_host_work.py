@@ -3,7 +3,7 @@
 Prints, per round, the median and the spread of what `poseidon profile` stores as a CPU
 profile's `host_s` (poseidon/experiments/profile_host.py, Note [host work]): each solver step
 (SGD with momentum and weight decay) minus the same net's layers and updates timed alone
-right after it. docs/experiments.md §6.5 sets it beside the replay's.
+right after it (docs/experiments.md §6.5: how much it moves from one run to the next).
 
     .venv/bin/python bench/solver_host_work.py bench/nets/unseen_b.prototxt
 """

@@ -16,8 +16,8 @@ syncer's copies) is not the emulated node's and counts as nothing (the predictor
 none either); what counts of a gap is the part the training thread spent off the CPU —
 waiting for a gradient, or for a core of this machine — minus what a sleep overslept (the
 clock's own error) and what ran `untimed` (the update's data -= diff, inside the profiled
-update_s). So a CPU replay and the
-predictor charge the same compute, whatever the dilation. (Until 2026-12-05 every gap
+update_s). So a CPU replay and the predictor charge the same compute, whatever the
+dilation. (Until 2026-12-05 every gap
 counted in full, in real time: the replay's own host work, 1–3 ms an iteration on the
 unseen nets of docs/experiments.md §6.5, then weighed 1/d of what it would on the node,
 and the one-node cells read 2–4% above the prediction, by an amount that fell with d.)
@@ -62,8 +62,8 @@ class ReplayClock:
         # The training thread (the one that made the clock) and its CPU clock: inside
         # `untimed`, and when its last step ended (None before its first). A step spent
         # from another thread (a PowerSGD continuation) cannot tell the training thread's
-        # work from its waits: its gap counts in full.
-        self._owner = threading.get_ident()
+        # work from its waits: its gap counts in full. A GPU's clock keeps none of it.
+        self._owner = threading.get_ident() if host_is_device else None
         self._untimed_cpu = 0.0
         self._cpu_mark: float | None = None
 
@@ -71,7 +71,7 @@ class ReplayClock:
     def untimed(self) -> Iterator[None]:
         """Host work inside does not count as the host's own between steps: the profile
         already charged it (Note [device clock])."""
-        owner = threading.get_ident() == self._owner
+        owner = self._owner == threading.get_ident()
         start, cpu = time.perf_counter(), time.thread_time() if owner else 0.0
         try:
             yield
@@ -85,7 +85,7 @@ class ReplayClock:
         if seconds <= 0:
             return
         now = time.perf_counter() - self._untimed
-        owner = threading.get_ident() == self._owner
+        owner = self._owner == threading.get_ident()
         host_cpu = 0.0  # the training thread's own work since its last step
         if owner and self._cpu_mark is not None:
             host_cpu = max(0.0, time.thread_time() - self._cpu_mark - self._untimed_cpu)

@@ -21,13 +21,7 @@ from __future__ import annotations
 import time
 
 from poseidon.experiments.netspec import set_batch
-from poseidon.experiments.profile_measure import (
-    LEARNING_RATE,
-    MOMENTUM,
-    WEIGHT_DECAY,
-    quiet_engine,
-    update_samples,
-)
+from poseidon.experiments.profile_measure import quiet_engine, update_samples
 
 
 def host_samples(path: str, batch: int | None, iterations: int, warmup: int) -> list[float]:
@@ -52,18 +46,13 @@ def host_samples(path: str, batch: int | None, iterations: int, warmup: int) -> 
 
 
 def _solver(path: str, batch: int | None):  # type: ignore[no-untyped-def]
-    """The experiment worker's SGD on `path`'s TRAIN net (at `batch`), built quietly."""
+    """The experiment worker's solver on `path`'s TRAIN net (at `batch`), built quietly."""
     import caffe
     from caffe.formats.proto_io import read_net_param
-    from caffe.proto import caffe_pb2
+    from poseidon.experiments.worker import solver_parameter
 
     net_param = read_net_param(path)
     if batch is not None:
         set_batch(net_param, batch, path)
-    param = caffe_pb2.SolverParameter()
-    param.net_param.CopyFrom(net_param)
-    param.base_lr, param.momentum, param.weight_decay = LEARNING_RATE, MOMENTUM, WEIGHT_DECAY
-    param.lr_policy, param.max_iter, param.display = "fixed", 1 << 30, 0
-    param.snapshot_after_train = False
     with quiet_engine():
-        return caffe.SGDSolver(param)
+        return caffe.SGDSolver(solver_parameter(net_param, "cpu"))

@@ -46,13 +46,13 @@ def solver_parameter(net: Any, device: str) -> Any:
     """SGD with momentum and weight decay, as the paper's models train; nothing else runs
     (no test, display or snapshot) so that an iteration is forward, backward and update."""
     from caffe.proto import caffe_pb2
+    from poseidon.experiments.profile_measure import LEARNING_RATE, MOMENTUM, WEIGHT_DECAY
 
     param = caffe_pb2.SolverParameter()
     param.net_param.CopyFrom(net)
     param.type = "SGD"
-    param.base_lr = 1e-4
-    param.momentum = 0.9
-    param.weight_decay = 5e-4
+    # The update a CPU profile times (profile_measure._update_op) uses the same values.
+    param.base_lr, param.momentum, param.weight_decay = LEARNING_RATE, MOMENTUM, WEIGHT_DECAY
     param.lr_policy = "fixed"
     param.max_iter = 1 << 30
     param.display = 0
