@@ -91,16 +91,18 @@ uint32_t count_chunks(uint64_t num_floats, size_t chunk_floats) {
 
 namespace {
 
-// Note [chunk layout]: at most chunk_bytes each, and enough equal chunks to
-// reach every shard when the part is big enough.
+// Note [chunk layout]: at most chunk_bytes each, enough equal chunks to reach
+// every shard when the part is big enough, and past P2 a multiple of P2.
 PlanPart cut_part(uint64_t offset, uint64_t n, size_t chunk_bytes, int num_servers) {
   PlanPart part;
   part.offset = offset;
   part.num_floats = n;
   uint64_t chunks = count_chunks(n, chunk_bytes / 4);
-  const uint64_t spread = std::min<uint64_t>(static_cast<uint64_t>(num_servers),
-                                             n / (min_spread_chunk_bytes(chunk_bytes) / 4));
+  const uint64_t p2 = static_cast<uint64_t>(std::max(1, num_servers));
+  const uint64_t spread = std::min<uint64_t>(p2, n / (min_spread_chunk_bytes(chunk_bytes) / 4));
   chunks = std::max(chunks, spread);
+  // Every shard owns as many of the part's chunks: a round waits for its busiest shard's link.
+  if (chunks > p2 && chunks % p2 != 0) chunks = (chunks / p2 + 1) * p2;
   part.chunk_floats = std::max<uint64_t>(1, (n + chunks - 1) / chunks);
   part.num_chunks = count_chunks(n, static_cast<size_t>(part.chunk_floats));
   return part;

@@ -384,14 +384,14 @@ TEST(shard_refuses_bad_bf16_and_powersgd_pushes) {
     while (!planned.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     auto transport = make_transport("tcp");
     const std::string at = cluster.server(0).address();
-    // Layer 0 (BF16, 3 chunks of 1024 floats: 0 and 2 on shard 0); layer 1
-    // (PowerSGD 64x32 rank 2 + 64: chunks 3, 4 of part 0 and 5 of part 1;
-    // its chunk 1 is on shard 0).
+    // Layer 0 (BF16, 4 chunks of 1024 floats: 0 and 2 on shard 0); layer 1
+    // (PowerSGD 64x32 rank 2 + 64: chunks 4, 5 of part 0 and 6 of part 1;
+    // its chunk 0 is on shard 0).
     answers["odd_bf16"] = send_one(*transport, at, o.token, FrameType::kPush16, 0, 0, 2047);
     answers["fp32_for_bf16"] = send_one(*transport, at, o.token, FrameType::kPush, 0, 0, 4096);
     answers["bf16_wrong_length"] =
         send_one(*transport, at, o.token, FrameType::kPush16, 0, 0, 4096);
-    answers["bf16_for_powersgd"] = send_one(*transport, at, o.token, FrameType::kPush16, 1, 1, 192);
+    answers["bf16_for_powersgd"] = send_one(*transport, at, o.token, FrameType::kPush16, 1, 0, 192);
     answers["chunk_out_of_range"] = send_one(*transport, at, o.token, FrameType::kPush, 1, 3, 64);
     answers["reply_at_shard"] =
         send_one(*transport, at, o.token, FrameType::kPullReply16, 0, 0, 2048);
@@ -399,10 +399,10 @@ TEST(shard_refuses_bad_bf16_and_powersgd_pushes) {
   });
   std::atomic<int> wrong{0};
   const auto errors = cluster.run_workers([&](Worker& w, int rank) {
-    const Plan& plan = w.plan({bf16_layer(0, 3 * 1024), powersgd_layer(1, 64, 32, 64)});
-    REQUIRE(plan.layers[0].num_chunks == 3 && plan.layers[1].num_chunks == 3);
-    REQUIRE(plan.shard_of(plan.layers[1], 1) == 0 && plan.layers[1].chunk_length(1) == 96);
-    std::vector<float> a(3 * 1024), b(plan.layers[1].wire_floats);
+    const Plan& plan = w.plan({bf16_layer(0, 4 * 1024), powersgd_layer(1, 64, 32, 64)});
+    REQUIRE(plan.layers[0].num_chunks == 4 && plan.layers[1].num_chunks == 3);
+    REQUIRE(plan.shard_of(plan.layers[1], 0) == 0 && plan.layers[1].chunk_length(0) == 96);
+    std::vector<float> a(4 * 1024), b(plan.layers[1].wire_floats);
     w.register_layer(0, a.data(), a.size());
     w.register_layer(1, b.data(), b.size());
     w.barrier("planned", o.timeout_ms);

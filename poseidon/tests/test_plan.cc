@@ -59,6 +59,24 @@ TEST(small_tensors_still_spread_over_every_shard) {
   CHECK_EQ(p.layers[0].num_chunks, 10u);
 }
 
+TEST(every_shard_owns_as_many_chunks_of_a_big_tensor) {
+  // 9 MiB with 1 MiB chunks on 4 shards: 12 chunks of 0.75 MiB, 3 per shard (9 would give
+  // one shard 3 and the others 2), wherever the layer's first chunk falls.
+  const size_t mib = 1 << 20;
+  const Plan p = make_plan({spec(0, 10), spec(1, 9 * mib / 4)}, 4, 4, mib, SchemeChoice::kAuto);
+  const LayerPlan& big = *p.find(1);
+  CHECK_EQ(big.num_chunks, 12u);
+  CHECK_EQ(big.chunk_floats, uint64_t{9 * mib / 4 / 12});
+  std::map<int, int> per_shard;
+  for (uint32_t c = 0; c < big.num_chunks; ++c) ++per_shard[p.shard_of(big, c)];
+  for (int shard = 0; shard < 4; ++shard) CHECK_EQ(per_shard[shard], 3);
+  // A count that is already a multiple of P2 stays; so does one below P2.
+  CHECK_EQ(make_plan({spec(0, 8 * mib / 4)}, 4, 4, mib, SchemeChoice::kAuto).layers[0].num_chunks,
+           8u);
+  CHECK_EQ(make_plan({spec(0, 3 * mib / 4)}, 4, 8, mib, SchemeChoice::kAuto).layers[0].num_chunks,
+           8u);
+}
+
 TEST(layout_keeps_its_shape_when_every_size_shrinks_by_one_factor) {
   // The byte-scaled replay divides tensors and chunk_bytes by s: chunk counts stay.
   const size_t mib = 1 << 20;
@@ -180,7 +198,7 @@ TEST(powersgd_parts_layout) {
   REQUIRE(b.parts.size() == 1);
   CHECK_EQ(b.wire_floats, uint64_t{5000});  // an fp32 buffer; bf16 only on the wire
   CHECK_EQ(b.first_chunk, uint64_t{7});
-  CHECK_EQ(b.num_chunks, 5u);
+  CHECK_EQ(b.num_chunks, 6u);  // 5 at the chunk size, rounded up to a multiple of P2 = 3
 }
 
 TEST(powersgd_rank_is_clamped_to_the_weight) {

@@ -27,7 +27,7 @@ using namespace poseidon;
 namespace {
 
 constexpr size_t kChunkBytes = 4096;
-constexpr size_t kLayerFloats = 3 * 1024;  // chunks 0, 2 on shard 0; chunk 1 on shard 1
+constexpr size_t kLayerFloats = 4 * 1024;  // chunks 0, 2 on shard 0; chunks 1, 3 on shard 1
 
 struct Abuser {
   Transport& transport;

@@ -115,8 +115,13 @@ struct LayerPlan {
 // is cut into chunks of equal size (the last may be shorter) of at most chunk_bytes, and into at
 // least min(P2, n·4 / min_spread_chunk_bytes(chunk_bytes)) of them, so that a tensor smaller than
 // P2 chunks still spreads over the shards (a 4 MB layer on 4 shards is 4
-// chunks of 1 MB, not 1 chunk on one shard). An empty tensor is one empty
-// chunk: it still makes a round.
+// chunks of 1 MB, not 1 chunk on one shard). More than P2 chunks are rounded up
+// to a multiple of P2 (a 9 MB layer on 4 shards is 12 chunks of 0.75 MB, not 9
+// of 1 MB), so that every shard owns as many of them: the shard that owned one
+// more would receive and return P2 − 1 more frames than the others, and every
+// worker's round waits for that shard's link (a tenth more bytes on the busiest
+// link for a 9-chunk layer on 4 shards; docs/communication.md). An empty tensor
+// is one empty chunk: it still makes a round.
 
 struct Plan {
   int num_workers = 0;
