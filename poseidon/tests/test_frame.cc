@@ -38,7 +38,7 @@ TEST(header_round_trip) {
   encode_header(h, b);
   // Magic is "PSDN" on the wire: little-endian bytes, independent of the host.
   CHECK_EQ(std::string(reinterpret_cast<char*>(b), 4), std::string("PSDN"));
-  CHECK_EQ(b[4], 5);  // version 5 (plans with workers per machine), little-endian
+  CHECK_EQ(b[4], 6);  // version 6 (chunk counts past P2 a multiple of it), little-endian
   CHECK_EQ(b[5], 0);
   FrameHeader d;
   CHECK_EQ(decode(b, sizeof b, 1 << 20, &d), std::string());

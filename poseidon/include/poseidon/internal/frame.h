@@ -35,7 +35,8 @@ inline constexpr uint32_t kFrameMagic = 0x4E445350;  // bytes "PSDN" on the wire
 // 3: a layer spec carries the declaring worker's measured costs.
 // 4: a layer spec carries its byte scale (plan.h, Note [byte-scaled layers]).
 // 5: the plan carries workers per machine and the local rate (Note [local aggregation]).
-inline constexpr uint16_t kProtocolVersion = 5;
+// 6: a part of more than P2 chunks is cut into a multiple of P2 (plan.h, Note [chunk layout]).
+inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kFrameHeaderBytes = 48;
 // Limit for frames a connection may send before it has been authenticated.
 inline constexpr size_t kMaxHelloBytes = 1024;
