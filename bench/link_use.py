@@ -27,6 +27,8 @@ import sys
 import time
 from collections import defaultdict
 
+from poseidon.experiments.emulation import EmulationError, check_can_emulate
+
 SENT = re.compile(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+)")
 RATE = re.compile(r"\brate (\d+(?:\.\d+)?)([KMG]?)bit\b")
 UNITS = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9}
@@ -95,6 +97,10 @@ def main() -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run after --")
+    try:
+        check_can_emulate()  # other namespaces' qdiscs: root and iproute2, as the emulation
+    except EmulationError as e:
+        parser.error(str(e))
     series: dict[tuple[int, str], list] = defaultdict(list)
     child = subprocess.Popen(command)
     while child.poll() is None:
