@@ -32,8 +32,10 @@ class FakeDevice:
 class FakeSync:
     def __init__(self) -> None:
         self.sent = 0
+        self.reads = 0
 
     def traffic(self) -> dict[int, tuple[int, int]]:
+        self.reads += 1
         return {0: (self.sent, self.sent)}
 
 
@@ -92,6 +94,7 @@ def test_the_window_holds_steady_iterations_only(clock):
     assert (last.sent - first.sent) / 5 == BYTES_PER_ITERATION
     assert (last.charged_s - first.charged_s) / 5 == pytest.approx(COMPUTE_S)
     assert solver.callbacks == []  # the marks' callback is gone again
+    assert sync.reads == 2  # the counters are read at the window's two ends only
 
 
 def test_a_job_that_stops_early_is_named(clock):
