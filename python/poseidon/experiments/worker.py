@@ -140,6 +140,9 @@ def timed_window(solver: Any, sync: Any, clock: Any, warmup: int, n: int) -> tup
     start and one drain that no forward pass overlaps: VGG19-22K WFBP on 8 emulated 10 GbE
     nodes read 1.474 s that way at dilation 16, while its iterations inside that window took
     1.40-1.41 s each."""
+    if n < 1 or warmup < 0:
+        raise ValueError(f"a timed window of {n} iterations after {warmup} warm-up ones "
+                         "(want n >= 1, warmup >= 0)")  # fmt: skip
     marks = IterationMarks(sync, clock, (warmup, warmup + n))
     handle = solver.add_callback(marks.on_start, marks.on_gradients_ready)
     try:
@@ -149,8 +152,7 @@ def timed_window(solver: Any, sync: Any, clock: Any, warmup: int, n: int) -> tup
     if len(marks.marks) < 2:
         raise RuntimeError(f"the job stopped after {marks.started} iterations, before the "
                            f"{warmup} warm-up and {n} timed ones were done")  # fmt: skip
-    first, last = marks.marks
-    return first, last
+    return marks.marks[0], marks.marks[1]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -103,3 +103,12 @@ def test_a_job_that_stops_early_is_named(clock):
     with pytest.raises(RuntimeError, match=r"stopped after 4 iterations.*2 warm-up and 5 timed"):
         worker.timed_window(solver, sync, device, warmup=2, n=5)
     assert solver.callbacks == []
+
+
+def test_an_empty_window_is_refused_before_any_iteration(clock):
+    # n = 0 would ask for one mark at iteration W twice: say what is wrong, run nothing.
+    sync, device = FakeSync(), FakeDevice()
+    solver = WfbpLikeSolver(clock, sync, device)
+    with pytest.raises(ValueError, match=r"0 iterations after 2 warm-up.*n >= 1"):
+        worker.timed_window(solver, sync, device, warmup=2, n=0)
+    assert solver.callbacks == [] and sync.reads == 0
