@@ -14,6 +14,21 @@ drop by s·d. Reported times are divided by d. The plan is decided on the real s
 socket's unsent-bytes threshold (TCP_NOTSENT_LOWAT) shrinks by s with the frames, so that
 priorities still act within a frame's worth of data. The choice of s and d is below
 (choose_byte_scale, choose_dilation) and in docs/experiments.md §2.
+
+Note [host load]. Every replay worker is a real process on this machine, and its CPU work
+is real time: when the workers together want more of the cores than they get, they wait
+for one another and the cell reads slow (16 Inception-V3 nodes on 10 GbE: 8.9% above the
+prediction at d = 8, 0.4% at d = 32; VGG19-22K 4 x 4 with local aggregation: 1.008 s at
+d = 4, 0.987-0.993 s at d = 8). expected_host_load counts, per worker, its work per
+iteration (per layer, per byte of the scaled model, and with a local stage per
+synchronised layer: three gloo collectives over loopback, 2.2-2.8 ms of CPU for the three
+when four processes on two cores run them back to back, bench/gloo_loopback_cpu.py)
+spread over the dilated iteration, plus what each process takes per wall second. The
+constants are a least-squares fit (non-negative) to the Poseidon cells' measured
+`host_load` in docs/results; the loads the rule acts on (0.1 and above) it reproduces
+within a quarter (tests/poseidon/experiments/test_dilation.py). It takes the profile's
+compute time as the iteration, so where the links, not the compute, set the pace it
+overestimates the load, and errs towards more dilation.
 """
 
 from __future__ import annotations
@@ -39,17 +54,22 @@ SCALED_MODEL_BYTES = 32 << 20
 # The replay's own CPU work (the syncer's data -= diff on byte-scaled blobs, Python per
 # layer) is real time; dilating by at least this keeps it under ~1% of an iteration.
 MIN_DILATION = 4.0
-# The replay's host work per node, layer and iteration (Python per layer, WFBP hooks, the
-# syncer and its C++ threads), in real CPU seconds, and the share of the machine's cores
-# that all nodes' host work may take: beyond it the nodes wait on each other for a core, and
-# a net of many short layers reads slow (16 Inception-V3 nodes on 10 GbE: 8.9% above the
-# prediction at d = 8 on a machine also running nice'd tests, 0.4% at d = 32). Measured
-# (host_load of the workers' results, Inception-V3 on 10 GbE): 0.3 ms per layer at P = 2 for
-# the PS modes, growing with the peers to 0.5 ms at P = 16 (the all-reduce's ring steps: 0.4
-# to 1.6 ms); the 16-node cells that this picks (d = 32) took 14-15% of the cores (the all-
-# reduce 43%) and read within 0.4% (1.3%) of the prediction.
+# The replay's host work (Note [host load]), fitted to the `host_load` of the Poseidon cells
+# in docs/results: real CPU seconds per worker and iteration per layer (Python per layer,
+# WFBP hooks, the syncer), per byte of the byte-scaled model (the solver's update, the
+# syncer's copies) and, with several workers per node, per synchronised layer (the local
+# stage: a reduce, an announcement and a spread over loopback gloo); and the share of a core
+# each worker's process takes per wall second whatever it does (the comm core's threads and
+# heartbeats; more with a local stage: its threads and gloo's).
 HOST_S_PER_LAYER = 0.3e-3
-HOST_CPU_SHARE = 0.15
+HOST_S_PER_MODEL_BYTE = 0.56e-9
+HOST_S_PER_LOCAL_LAYER = 1.1e-3
+HOST_CORES_PER_WORKER = 8.7e-3
+HOST_CORES_PER_LOCAL_WORKER = 4.9e-3
+# The most of this machine's cores the workers may take: beyond it they wait on each other
+# for a core and the cell reads slow. VGG19-22K 4 x 4 with local aggregation took 0.21 at
+# d = 4 and read 1.008 s, 0.16-0.19 at d = 8 and read 0.987-0.993 s (16 x 1: 0.981 s).
+HOST_CPU_SHARE = 0.17
 # Bytes are shrunk before time is stretched, down to frames of 1/32 of the real ones (a
 # 1 MiB chunk is 32 KiB) — beyond that per-frame costs start to matter.
 PREFERRED_BYTE_SCALE = 32
@@ -99,19 +119,37 @@ def choose_dilation(
 ) -> float:  # fmt: skip
     """The smallest power of two, at least MIN_DILATION, that keeps the nodes' links, at
     full rate, within EMULATION_BUDGET_BYTES_PER_S in all, and (given the profile) the
-    workers' host work (`per_node` on each node) within HOST_CPU_SHARE of this machine's
-    cores."""
+    workers' host load (`per_node` on each node; expected_host_load) within HOST_CPU_SHARE
+    of this machine's cores."""
     traffic = nodes * bandwidth_bps / 8 / byte_scale if nodes > 1 else 0.0
-    host_s = iteration_s = 0.0
-    if profile is not None:
-        host_s = nodes * per_node * len(profile.layers) * HOST_S_PER_LAYER
-        iteration_s = profile.iteration_s
     cores = os.cpu_count() or 1
+
+    def too_busy(d: float) -> bool:
+        if traffic / d > EMULATION_BUDGET_BYTES_PER_S:
+            return True
+        if profile is None:
+            return False
+        return expected_host_load(profile, nodes, per_node, byte_scale, d, cores) > HOST_CPU_SHARE
+
     dilation = MIN_DILATION
-    while (traffic / dilation > EMULATION_BUDGET_BYTES_PER_S
-           or host_s > HOST_CPU_SHARE * cores * dilation * iteration_s):  # fmt: skip
+    while too_busy(dilation):
         dilation *= 2
     return dilation
+
+
+def expected_host_load(profile: Profile, nodes: int, per_node: int, byte_scale: int,
+                       dilation: float, cores: int) -> float:  # fmt: skip
+    """The share of `cores` that the replay's workers take (Note [host load]): each
+    worker's work per iteration, spread over the dilated iteration, and what each takes
+    per wall second."""
+    workers = nodes * per_node
+    local = per_node > 1
+    model_bytes = 4.0 * sum(sum(layer.blobs) for layer in profile.layers) / byte_scale
+    synced = sum(1 for layer in profile.layers if layer.blobs)
+    per_iteration = (len(profile.layers) * HOST_S_PER_LAYER + model_bytes * HOST_S_PER_MODEL_BYTE
+                     + local * synced * HOST_S_PER_LOCAL_LAYER)  # fmt: skip
+    per_second = HOST_CORES_PER_WORKER + local * HOST_CORES_PER_LOCAL_WORKER
+    return workers * (per_iteration / (dilation * profile.iteration_s) + per_second) / cores
 
 
 @dataclass
