@@ -31,6 +31,7 @@ from poseidon.experiments.run import (
     choose_byte_scale,
     choose_dilation,
     describe_scaling,
+    host_load_note,
     port_for,
     run_cell,
 )
@@ -304,6 +305,11 @@ def run_experiment(request: ExperimentRequest) -> int:
                     f"[{number}/{len(cells)}] {label}: {cell.iteration_s:.4f} s/iteration, "
                     f"{cell.images_per_s:.1f} images/s{speedup} ({cell.extra['job_s']:.0f} s)"
                 )
+                if request.emulate and request.profile is not None:
+                    note = host_load_note(sync, cell.extra.get("host_load", 0.0),
+                                          job.scaling.dilation, os.cpu_count() or 1)  # fmt: skip
+                    if note:
+                        _progress(f"    {note}")
                 if request.output:
                     results.save(request.output)
     except KeyboardInterrupt:

@@ -152,6 +152,19 @@ def expected_host_load(profile: Profile, nodes: int, per_node: int, byte_scale: 
     return workers * (per_iteration / (dilation * profile.iteration_s) + per_second) / cores
 
 
+def host_load_note(mode: str, host_load: float, dilation: float, cores: int) -> str | None:
+    """What to tell the user when a replayed cell's workers took more of this machine's
+    cores than the dilation rule allows (Note [host load]): its time may read slow. Not
+    for the all-reduce: gloo's ring steps spin while they wait, so its load is not work
+    (its cells read within 1.8% of the prediction at loads up to 0.5)."""
+    if host_load <= HOST_CPU_SHARE or mode == "allreduce":
+        return None
+    return (f"note: its workers took {host_load:.2f} of this machine's {cores} cores (the "
+            f"dilation rule allows {HOST_CPU_SHARE:g}), so its time may read slow; "
+            f"--dilation {2 * dilation:g} gives them more room (docs/experiments.md §2)"
+            )  # fmt: skip
+
+
 @dataclass
 class CellJob:
     """Everything one cell's job needs besides the mode and the node count."""

@@ -77,3 +77,11 @@ def test_the_expected_load_is_the_measured_one_within_a_quarter():
 def test_more_cores_need_less_dilation(monkeypatch):
     monkeypatch.setattr(run.os, "cpu_count", lambda: 16)
     assert run.choose_dilation(16, 10e9, 32, shipped("inception_v3")) == 8
+
+
+def test_a_cell_over_the_budget_is_named_with_the_dilation_to_try():
+    note = run.host_load_note("wfbp", 0.37, 8, 2)
+    assert note is not None
+    assert "0.37 of this machine's 2 cores" in note and "--dilation 16" in note
+    assert run.host_load_note("wfbp", run.HOST_CPU_SHARE, 8, 2) is None
+    assert run.host_load_note("allreduce", 0.5, 8, 2) is None  # gloo's waits spin
