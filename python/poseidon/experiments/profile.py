@@ -136,6 +136,11 @@ class Profile:
     def backward_s(self) -> float:
         return sum(layer.backward_s for layer in self.layers)
 
+    @property
+    def model_bytes(self) -> float:
+        """The parameters' bytes (float32), as the workers hold and synchronise them."""
+        return 4.0 * sum(sum(layer.blobs) for layer in self.layers)
+
     def layer(self, name: str) -> LayerProfile:
         for layer in self.layers:
             if layer.name == name:

@@ -24,9 +24,13 @@ iteration (per layer, per byte of the scaled model, and with a local stage per
 synchronised layer: three gloo collectives over loopback, 2.2-2.8 ms of CPU for the three
 when four processes on two cores run them back to back, bench/gloo_loopback_cpu.py)
 spread over the dilated iteration, plus what each process takes per wall second. The
-constants are a least-squares fit (non-negative) to the Poseidon cells' measured
-`host_load` in docs/results; the loads the rule acts on (0.1 and above) it reproduces
-within a quarter (tests/poseidon/experiments/test_dilation.py). It takes the profile's
+constants are a non-negative least-squares fit (bench/host_load_fit.py) to the Poseidon
+cells' measured `host_load` as docs/results held them before the 4 x 4 VGG19-22K sweep was
+re-run at d = 8 (its d = 4 cells, and that cell run alone at d = 8: 0.160); on the files
+as they are now the same fit gives 0.33 ms, 0.45 ms/MB, 0.84 ms, 8.1e-3 and 10.6e-3, which
+would pick d = 32 for that cell (its sweep at d = 8 took 0.194 of the cores). The loads
+the rule acts on (0.1 and above) it reproduces within a quarter
+(tests/poseidon/experiments/test_dilation.py). It takes the profile's
 compute time as the iteration, so where the links, not the compute, set the pace it
 overestimates the load, and errs towards more dilation.
 """
@@ -102,7 +106,7 @@ def choose_byte_scale(profile: Profile, max_nodes: int, bandwidth_bps: float,
     """The smallest power of two that brings a worker's model to SCALED_MODEL_BYTES, raised
     (up to PREFERRED_BYTE_SCALE) while the largest cell would still need dilation: shrinking
     bytes costs no time, dilating does."""
-    model_bytes = 4.0 * sum(sum(layer.blobs) for layer in profile.layers)
+    model_bytes = profile.model_bytes
     scale = 1
     while model_bytes / scale > SCALED_MODEL_BYTES:
         scale *= 2
@@ -144,7 +148,7 @@ def expected_host_load(profile: Profile, nodes: int, per_node: int, byte_scale: 
     per wall second."""
     workers = nodes * per_node
     local = per_node > 1
-    model_bytes = 4.0 * sum(sum(layer.blobs) for layer in profile.layers) / byte_scale
+    model_bytes = profile.model_bytes / byte_scale
     synced = sum(1 for layer in profile.layers if layer.blobs)
     per_iteration = (len(profile.layers) * HOST_S_PER_LAYER + model_bytes * HOST_S_PER_MODEL_BYTE
                      + local * synced * HOST_S_PER_LOCAL_LAYER)  # fmt: skip
@@ -155,8 +159,8 @@ def expected_host_load(profile: Profile, nodes: int, per_node: int, byte_scale: 
 def host_load_note(mode: str, host_load: float, dilation: float, cores: int) -> str | None:
     """What to tell the user when a replayed cell's workers took more of this machine's
     cores than the dilation rule allows (Note [host load]): its time may read slow. Not
-    for the all-reduce: gloo's ring steps spin while they wait, so its load is not work
-    (its cells read within 1.8% of the prediction at loads up to 0.5)."""
+    for the all-reduce, whose cells read within 1.8% of the prediction at loads up to 0.5
+    (docs/experiments.md §6.5): its load is mostly gloo's ring steps waiting."""
     if host_load <= HOST_CPU_SHARE or mode == "allreduce":
         return None
     return (f"note: its workers took {host_load:.2f} of this machine's {cores} cores (the "
