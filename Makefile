@@ -47,7 +47,7 @@ ctest: setup
 	ctest --test-dir build/py --output-on-failure --timeout 120
 
 pytest: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 test: lint ctest pytest
 

@@ -19,17 +19,19 @@ Note [host load]. Every replay worker is a real process on this machine, and its
 is real time: when the workers together want more of the cores than they get, they wait
 for one another and the cell reads slow (16 Inception-V3 nodes on 10 GbE: 8.9% above the
 prediction at d = 8, 0.4% at d = 32; VGG19-22K 4 x 4 with local aggregation: 1.008 s at
-d = 4, 0.987-0.993 s at d = 8). expected_host_load counts, per worker, its work per
-iteration (per layer, per byte of the scaled model, and with a local stage per
+d = 4, 0.987-0.993 s at d = 8, 0.973 s at d = 32). expected_host_load counts, per worker, its
+work per iteration (per layer, per byte of the scaled model, and with a local stage per
 synchronised layer: three gloo collectives over loopback, 2.2-2.8 ms of CPU for the three
-when four processes on two cores run them back to back, bench/gloo_loopback_cpu.py)
-spread over the dilated iteration, plus what each process takes per wall second. The
-constants are a non-negative least-squares fit (bench/host_load_fit.py) to the Poseidon
-cells' measured `host_load` as docs/results held them before the 4 x 4 VGG19-22K sweep was
-re-run at d = 8 (its d = 4 cells, and that cell run alone at d = 8: 0.160); on the files
-as they are now the same fit gives 0.33 ms, 0.45 ms/MB, 0.84 ms, 8.1e-3 and 10.6e-3, which
-would pick d = 32 for that cell (its sweep at d = 8 took 0.194 of the cores). The loads
-the rule acts on (0.1 and above) it reproduces within a quarter
+when four processes on two cores run them back to back, bench/gloo_loopback_cpu.py) spread
+over the dilated iteration, plus what each process takes per wall second. The constants are
+a non-negative least-squares fit (bench/host_load_fit.py) to the Poseidon cells' measured
+`host_load` in docs/results as they stood with the 4 x 4 VGG19-22K cells at d = 4 (and its
+aggregated cell run alone at d = 8: 0.160). With that sweep at d = 4, 8 and 32 (the
+*.4x4.d4 and *.4x4.d8 files and the d = 32 one) the same command gives 0.38 ms, 1.17 ms/MB,
+1.22 ms, 4.5e-3 and 3.8e-3: it picks the same d = 8 for that cell, but d = 8 and 16 for the
+unseen nets' 2- and 4-node cells (docs/experiments.md §6.5), whose workers took 0.02-0.18
+of the cores at d = 4 and 8; so the constants stay. The loads the rule acts on (0.1 and
+above) it reproduces within a quarter
 (tests/poseidon/experiments/test_dilation.py). It takes the profile's
 compute time as the iteration, so where the links, not the compute, set the pace it
 overestimates the load, and errs towards more dilation.
@@ -72,7 +74,8 @@ HOST_CORES_PER_WORKER = 8.7e-3
 HOST_CORES_PER_LOCAL_WORKER = 4.9e-3
 # The most of this machine's cores the workers may take: beyond it they wait on each other
 # for a core and the cell reads slow. VGG19-22K 4 x 4 with local aggregation took 0.21 at
-# d = 4 and read 1.008 s, 0.16-0.19 at d = 8 and read 0.987-0.993 s (16 x 1: 0.981 s).
+# d = 4 and read 1.008 s, 0.16-0.19 at d = 8 and read 0.987-0.993 s, 0.08 at d = 32 and read
+# 0.973 s: at this share a cell still reads 1.5-2% slow (docs/experiments.md §2).
 HOST_CPU_SHARE = 0.17
 # Bytes are shrunk before time is stretched, down to frames of 1/32 of the real ones (a
 # 1 MiB chunk is 32 KiB) — beyond that per-frame costs start to matter.
