@@ -141,6 +141,11 @@ class Profile:
         """The parameters' bytes (float32), as the workers hold and synchronise them."""
         return 4.0 * sum(sum(layer.blobs) for layer in self.layers)
 
+    @property
+    def synced_layers(self) -> int:
+        """The layers with parameters: those whose gradients are synchronised."""
+        return sum(1 for layer in self.layers if layer.blobs)
+
     def layer(self, name: str) -> LayerProfile:
         for layer in self.layers:
             if layer.name == name:

@@ -29,12 +29,12 @@ a non-negative least-squares fit (bench/host_load_fit.py) to the Poseidon cells'
 aggregated cell run alone at d = 8: 0.160). With that sweep at d = 4, 8 and 32 (the
 *.4x4.d4 and *.4x4.d8 files and the d = 32 one) the same command gives 0.38 ms, 1.17 ms/MB,
 1.22 ms, 4.5e-3 and 3.8e-3: it picks the same d = 8 for that cell, but d = 8 and 16 for the
-unseen nets' 2- and 4-node cells (docs/experiments.md §6.5), whose workers took 0.02-0.18
-of the cores at d = 4 and 8; so the constants stay. The loads the rule acts on (0.1 and
-above) it reproduces within a quarter
-(tests/poseidon/experiments/test_dilation.py). It takes the profile's
-compute time as the iteration, so where the links, not the compute, set the pace it
-overestimates the load, and errs towards more dilation.
+unseen nets' 2- and 4-node cells (docs/experiments.md §6.5), whose busiest cells took
+0.05-0.18 of the cores at d = 4 and 8; so the constants stay (the command prints both picks
+for every sweep). The loads the rule acts on (0.1 and above) it reproduces within a
+quarter (tests/poseidon/experiments/test_dilation.py). It takes the profile's compute time
+as the iteration, so where the links, not the compute, set the pace it overestimates the
+load, and errs towards more dilation.
 """
 
 from __future__ import annotations
@@ -152,9 +152,8 @@ def expected_host_load(profile: Profile, nodes: int, per_node: int, byte_scale: 
     workers = nodes * per_node
     local = per_node > 1
     model_bytes = profile.model_bytes / byte_scale
-    synced = sum(1 for layer in profile.layers if layer.blobs)
     per_iteration = (len(profile.layers) * HOST_S_PER_LAYER + model_bytes * HOST_S_PER_MODEL_BYTE
-                     + local * synced * HOST_S_PER_LOCAL_LAYER)  # fmt: skip
+                     + local * profile.synced_layers * HOST_S_PER_LOCAL_LAYER)  # fmt: skip
     per_second = HOST_CORES_PER_WORKER + local * HOST_CORES_PER_LOCAL_WORKER
     return workers * (per_iteration / (dilation * profile.iteration_s) + per_second) / cores
 
