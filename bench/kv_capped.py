@@ -11,10 +11,15 @@ the same pattern, iperf3 first runs all-to-all between the hosts (every host sen
 every other at once) and the bound is also given at the rate each host reached; "predicted"
 is the predictor's model of the same round (`poseidon.experiments.predict.ps_round_s`: the
 plan's chunks on a fluid link at tc's goodput), and "miss" how far it is from the round
-measured. Needs root and iperf3.
+measured. "retrans" and "RTOs" are the TCP segments the hosts retransmitted and the
+retransmission timeouts they took while that row ran (each namespace's own counters); with
+`--rto-min-ms` every host's minimum retransmission timeout is set to that
+(net.ipv4.tcp_rto_min_us, Linux 6.11 and later), to see how much of a round the timeouts
+cost. Needs root and iperf3.
 
     sudo .venv/bin/python bench/kv_capped.py [--workers 4] [--megabytes 16]
         [--rate-mbit 100] [--chunks 256KiB,1MiB,4MiB] [--rounds 4] [--queue-ms 50]
+        [--rto-min-ms 200]
 """
 
 from __future__ import annotations
@@ -78,6 +83,38 @@ def tcp_all_to_all_bits_per_s(cluster: EmulatedHosts, seconds: int = 5) -> float
     return sum(sent) / len(sent)
 
 
+def tcp_counters(cluster: EmulatedHosts) -> tuple[int, int]:
+    """Segments retransmitted and retransmission timeouts so far, summed over the hosts."""
+    retransmitted = timeouts = 0
+    for i in range(cluster.count):
+        for table, field in (("snmp", "Tcp:RetransSegs"), ("netstat", "TcpExt:TCPTimeouts")):
+            text = subprocess.run([*cluster.exec_prefix(i), "cat", f"/proc/net/{table}"],
+                                  capture_output=True, text=True, check=True).stdout  # fmt: skip
+            value = _counter(text, *field.split(":"))
+            if field.endswith("RetransSegs"):
+                retransmitted += value
+            else:
+                timeouts += value
+    return retransmitted, timeouts
+
+
+def _counter(text: str, group: str, name: str) -> int:
+    """One counter of /proc/net/snmp or /proc/net/netstat: a header line of names followed
+    by a line of values, both starting with `group:`."""
+    lines = [line.split() for line in text.splitlines() if line.startswith(f"{group}:")]
+    for names, values in zip(lines[::2], lines[1::2]):
+        if name in names:
+            return int(values[names.index(name)])
+    raise KeyError(f"{group}:{name} not in the host's counters")
+
+
+def set_rto_min(cluster: EmulatedHosts, milliseconds: float) -> None:
+    for i in range(cluster.count):
+        subprocess.run([*cluster.exec_prefix(i), "sysctl", "-q", "-w",
+                        f"net.ipv4.tcp_rto_min_us={int(milliseconds * 1000)}"],
+                       check=True)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, default=4)
@@ -87,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--queue-ms", type=float, default=DEFAULT_QUEUE_MS,
                         help="each link's tc queue, milliseconds at the rate")  # fmt: skip
+    parser.add_argument("--prefix", default="pos",
+                        help="the hosts' names (another runs beside an emulation)")  # fmt: skip
+    parser.add_argument("--rto-min-ms", type=float, default=None,
+                        help="each host's least retransmission timeout (Linux: 200)")  # fmt: skip
     args = parser.parse_args(argv)
     p = args.workers
     size = args.megabytes * 2**20
@@ -94,19 +135,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"P1 = P2 = {p}, {args.megabytes:g} MiB tensor, links capped at {args.rate_mbit:g} "
           f"Mbit/s each way, queues of {args.queue_ms:g} ms; line-rate bound per round "
           f"{bound:.3f} s")  # fmt: skip
-    with EmulatedHosts(p, args.rate_mbit * 1e6, queue_ms=args.queue_ms) as cluster:
+    subnet = "10.77.0" if args.prefix == "pos" else "10.78.0"
+    with EmulatedHosts(p, args.rate_mbit * 1e6, args.prefix, subnet, args.queue_ms) as cluster:
+        if args.rto_min_ms is not None:
+            set_rto_min(cluster, args.rto_min_ms)
+            print(f"minimum retransmission timeout {args.rto_min_ms:g} ms on every host")
         tcp = tcp_all_to_all_bits_per_s(cluster)
         tcp_bound = bound * args.rate_mbit * 1e6 / tcp
         print(f"iperf3 all-to-all: {tcp / 1e6:.1f} Mbit/s sent per host; bound at that rate "
               f"{tcp_bound:.3f} s")  # fmt: skip
         print(f"{'chunk':>8} {'round s':>9} {'of bound':>9} {'of TCP':>7} {'parked s':>9} "
-              f"{'predicted':>10} {'miss':>6}")  # fmt: skip
+              f"{'predicted':>10} {'miss':>6} {'retrans':>8} {'RTOs':>5}")  # fmt: skip
         link = Link(args.rate_mbit * 1e6, TCP_GOODPUT_TBF)
         for chunk in args.chunks.split(","):
+            before = tcp_counters(cluster)
             seconds, parked = run(cluster, args, chunk)
+            retransmitted, timeouts = (a - b for a, b in zip(tcp_counters(cluster), before))
             predicted = ps_round_s(int(size) // 4, p, link, parse_bytes(chunk, "--chunks"))
             print(f"{chunk:>8} {seconds:9.3f} {bound / seconds:9.0%} {tcp_bound / seconds:7.0%} "
-                  f"{parked:9.2f} {predicted:10.3f} {predicted / seconds - 1:+6.1%}",
+                  f"{parked:9.2f} {predicted:10.3f} {predicted / seconds - 1:+6.1%} "
+                  f"{retransmitted:8d} {timeouts:5d}",
                   flush=True)  # fmt: skip
     return 0
 

@@ -184,16 +184,10 @@ def uninterrupted(tmp_path_factory) -> dict[str, np.ndarray]:
     return final_weights(directory / "whole")
 
 
-# The link case failed 2 times in about 15 runs, its message not kept; until it is
-# understood it runs by hand only (FAULT_LINK=1), not in CI.
-FLAKY_LINK = pytest.mark.skipif(
-    not os.environ.get("FAULT_LINK"), reason="intermittent (2 in ~15 runs): FAULT_LINK=1 runs it"
-)
-
-
-@pytest.mark.parametrize(
-    "fault", [pytest.param(f, marks=FLAKY_LINK) if f == "link" else f for f in WHAT]
-)
+# The link case failed 2 times in about 15 runs on 2026-12-04, before left_behind waited for
+# the deadline (a child the launcher's exit orphaned, still exiting, had been counted as
+# left behind); since then it passed 25 runs of 25 (2026-12-06, beside an emulation).
+@pytest.mark.parametrize("fault", list(WHAT))
 def test_a_fault_on_one_host_ends_every_process_within_10s_naming_it(
     tmp_path, fault, uninterrupted
 ):
