@@ -133,6 +133,6 @@ def saturation_note(cells: list[CellPrediction], link: Link) -> str:
         by_mode.setdefault(cell.mode, []).append(f"P={cell.nodes} ({cell.link_busy(link):.0%})")
     listed = "; ".join(f"{mode} at {', '.join(c)}" for mode, c in by_mode.items())
     return (f"note: {listed}: a PS mode on a link busy for {SATURATED_LINK_BUSY:.0%} or more "
-            "of the iteration, where emulated runs took up to 21% longer than predicted (a "
+            "of the iteration, where emulated runs took up to 26% longer than predicted (a "
             "round waits for the slowest worker's push): read their times as lower bounds "
             "and their speed-ups as upper bounds (docs/experiments.md §4)")  # fmt: skip

@@ -110,10 +110,11 @@ PAPER_LAYOUT = Layout()
 # Note [saturated cells]. Against the emulation (docs/experiments.md §6.5) the predictor
 # is within ±2.9% on the zoo's sweeps (±3.5% on the unseen nets) wherever a node's link is
 # busy for less than 70% of the iteration, and so is the all-reduce at any load; the PS modes
-# on a busier link ran up to 20% slower than predicted (+0.7% to −19.7%; the links stand
-# idle, bench/link_use.py measured): a round waits for the slowest of P workers' pushes and
-# for its owner's replies, and the model's one node stands for all of them. `poseidon
-# predict` says so beside those cells rather than let them pass for as sure as the rest.
+# on a busier link ran up to 26% longer than predicted (the predictor read +0.8% to −20.6%
+# of them; the links stand idle, bench/link_use.py measured): a round waits for the slowest
+# of P workers' pushes and for its owner's replies, and the model's one node stands for all
+# of them. `poseidon predict` says so beside those cells rather than let them pass for as
+# sure as the rest.
 SATURATED_LINK_BUSY = 0.7
 PS_MODES = ("ps-nooverlap", "wfbp", "poseidon", "poseidon-tuned")
 
