@@ -11,8 +11,9 @@ the same pattern, iperf3 first runs all-to-all between the hosts (every host sen
 every other at once) and the bound is also given at the rate each host reached; "predicted"
 is the predictor's model of the same round (`poseidon.experiments.predict.ps_round_s`: the
 plan's chunks on a fluid link at tc's goodput), and "miss" how far it is from the round
-measured. "retrans" and "RTOs" are the TCP segments the hosts retransmitted and the
-retransmission timeouts they took while that row ran (each namespace's own counters); with
+measured. "retrans", "TLPs" and "RTOs" are the TCP segments the hosts retransmitted, the
+tail-loss probes they sent and the retransmission timeouts they took while that row ran
+(each namespace's own counters); with
 `--rto-min-ms` every host's minimum retransmission timeout is set to that
 (net.ipv4.tcp_rto_min_us, Linux 6.11 and later), to see how much of a round the timeouts
 cost. Needs root and iperf3.
@@ -83,19 +84,19 @@ def tcp_all_to_all_bits_per_s(cluster: EmulatedHosts, seconds: int = 5) -> float
     return sum(sent) / len(sent)
 
 
-def tcp_counters(cluster: EmulatedHosts) -> tuple[int, int]:
-    """Segments retransmitted and retransmission timeouts so far, summed over the hosts."""
-    retransmitted = timeouts = 0
+def tcp_counters(cluster: EmulatedHosts) -> tuple[int, ...]:
+    """Segments retransmitted, tail-loss probes sent and retransmission timeouts so far,
+    summed over the hosts."""
+    fields = (("snmp", "Tcp", "RetransSegs"), ("netstat", "TcpExt", "TCPLossProbes"),
+              ("netstat", "TcpExt", "TCPTimeouts"))  # fmt: skip
+    totals = [0] * len(fields)
     for i in range(cluster.count):
-        for table, field in (("snmp", "Tcp:RetransSegs"), ("netstat", "TcpExt:TCPTimeouts")):
-            text = subprocess.run([*cluster.exec_prefix(i), "cat", f"/proc/net/{table}"],
-                                  capture_output=True, text=True, check=True).stdout  # fmt: skip
-            value = _counter(text, *field.split(":"))
-            if field.endswith("RetransSegs"):
-                retransmitted += value
-            else:
-                timeouts += value
-    return retransmitted, timeouts
+        tables = {table: subprocess.run([*cluster.exec_prefix(i), "cat", f"/proc/net/{table}"],
+                                        capture_output=True, text=True, check=True).stdout
+                  for table in ("snmp", "netstat")}  # fmt: skip
+        for k, (table, group, name) in enumerate(fields):
+            totals[k] += _counter(tables[table], group, name)
+    return tuple(totals)
 
 
 def _counter(text: str, group: str, name: str) -> int:
@@ -145,16 +146,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"iperf3 all-to-all: {tcp / 1e6:.1f} Mbit/s sent per host; bound at that rate "
               f"{tcp_bound:.3f} s")  # fmt: skip
         print(f"{'chunk':>8} {'round s':>9} {'of bound':>9} {'of TCP':>7} {'parked s':>9} "
-              f"{'predicted':>10} {'miss':>6} {'retrans':>8} {'RTOs':>5}")  # fmt: skip
+              f"{'predicted':>10} {'miss':>6} {'retrans':>8} {'TLPs':>5} {'RTOs':>5}")  # fmt: skip
         link = Link(args.rate_mbit * 1e6, TCP_GOODPUT_TBF)
         for chunk in args.chunks.split(","):
             before = tcp_counters(cluster)
             seconds, parked = run(cluster, args, chunk)
-            retransmitted, timeouts = (a - b for a, b in zip(tcp_counters(cluster), before))
+            retransmitted, probes, timeouts = (a - b for a, b in zip(tcp_counters(cluster), before))
             predicted = ps_round_s(int(size) // 4, p, link, parse_bytes(chunk, "--chunks"))
             print(f"{chunk:>8} {seconds:9.3f} {bound / seconds:9.0%} {tcp_bound / seconds:7.0%} "
                   f"{parked:9.2f} {predicted:10.3f} {predicted / seconds - 1:+6.1%} "
-                  f"{retransmitted:8d} {timeouts:5d}",
+                  f"{retransmitted:8d} {probes:5d} {timeouts:5d}",
                   flush=True)  # fmt: skip
     return 0
 
