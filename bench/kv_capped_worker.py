@@ -2,7 +2,10 @@
 its shard runs in this process (the colocated layout); push-pull rounds of one tensor
 between barriers; prints the median round time and the shard's parked-reader time.
 
-    kv_capped_worker.py MEGABYTES ROUNDS
+    kv_capped_worker.py MEGABYTES ROUNDS [--times]
+
+With --times it also prints each round's start and end on the system's monotonic clock,
+which every namespace shares (bench/round_timeline.py lines them up with the links' use).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from poseidon import _C
 
 def main() -> int:
     megabytes, rounds = float(sys.argv[1]), int(sys.argv[2])
+    print_times = sys.argv[3:] == ["--times"]
     config = poseidon.Config.from_env(role="worker")
     shard = _C.KVServer(config.replace(role="server").to_native())
     shard_thread = threading.Thread(target=shard.run, daemon=True)
@@ -38,9 +42,13 @@ def main() -> int:
     for it in range(rounds + 1):  # the first round warms up
         tensor.fill(config.rank + 1)
         worker.barrier(f"round {it}")
-        start = time.perf_counter()
+        start = time.monotonic()
         worker.push_pull(0, it).wait()
-        times.append(time.perf_counter() - start)
+        end = time.monotonic()
+        times.append(end - start)
+        if print_times:
+            print(f"ROUND rank={config.rank} round={it} start={start:.6f} end={end:.6f}",
+                  flush=True)  # fmt: skip
         if not tensor.min() == want == tensor.max():
             raise AssertionError(f"worker {config.rank}: wrong sum in round {it}")
     worker.barrier("end")
