@@ -184,9 +184,10 @@ def uninterrupted(tmp_path_factory) -> dict[str, np.ndarray]:
     return final_weights(directory / "whole")
 
 
-# The link case failed 2 times in about 15 runs on 2026-12-04, before left_behind waited for
-# the deadline (a child the launcher's exit orphaned, still exiting, had been counted as
-# left behind); since then it passed 25 runs of 25 (2026-12-06, beside an emulation).
+# The link case failed 2 times in about 15 runs on 2026-12-04, its message not kept, before
+# left_behind waited for the deadline (a child the launcher's exit orphaned, still exiting,
+# had been counted as left behind: the likely cause); since then it passed 21 runs of 21
+# (2026-12-06, beside an emulation that kept the cores busy).
 @pytest.mark.parametrize("fault", list(WHAT))
 def test_a_fault_on_one_host_ends_every_process_within_10s_naming_it(
     tmp_path, fault, uninterrupted
