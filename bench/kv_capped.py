@@ -13,14 +13,14 @@ is the predictor's model of the same round (`poseidon.experiments.predict.ps_rou
 plan's chunks on a fluid link at tc's goodput), and "miss" how far it is from the round
 measured. "retrans", "TLPs" and "RTOs" are the TCP segments the hosts retransmitted, the
 tail-loss probes they sent and the retransmission timeouts they took while that row ran
-(each namespace's own counters); with
-`--rto-min-ms` every host's minimum retransmission timeout is set to that
-(net.ipv4.tcp_rto_min_us, Linux 6.11 and later), to see how much of a round the timeouts
-cost. Needs root and iperf3.
+(each namespace's own counters). With `--rto-min-ms` every host's minimum retransmission
+timeout is set to that (net.ipv4.tcp_rto_min_us, Linux 6.11 and later), to see how much of
+a round the timeouts cost; `--prefix` names the hosts otherwise, so that the bench can run
+beside an emulation. Needs root and iperf3.
 
     sudo .venv/bin/python bench/kv_capped.py [--workers 4] [--megabytes 16]
         [--rate-mbit 100] [--chunks 256KiB,1MiB,4MiB] [--rounds 4] [--queue-ms 50]
-        [--rto-min-ms 200]
+        [--rto-min-ms 200] [--prefix pos]
 """
 
 from __future__ import annotations
