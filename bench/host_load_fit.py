@@ -110,13 +110,16 @@ def main() -> None:
     print("\nsweep: nodes -> dilation run / the rule's now / fitted constants' (most host load)")
     for name, data, profile in sweeps():
         ran = {cell["nodes"]: cell["dilation"] for cell in data["cells"]}
-        loads: dict[int, float] = {}
+        busiest: dict[int, float] = {}
         for cell in data["cells"]:
-            loads[cell["nodes"]] = max(loads.get(cell["nodes"], 0.0), cell.get("host_load", 0.0))
+            busiest[cell["nodes"]] = max(busiest.get(cell["nodes"], 0.0),
+                                         cell.get("host_load", 0.0))  # fmt: skip
         now = picks(data, profile)
         with constants(fitted):
             refit = picks(data, profile)
-        cells = ", ".join(f"{p}: {ran[p]:g}/{now[p]:g}/{refit[p]:g} ({loads[p]:.2f})" for p in now)
+        cells = ", ".join(
+            f"{p}: {ran[p]:g}/{now[p]:g}/{refit[p]:g} ({busiest[p]:.2f})" for p in now
+        )
         print(f"{name:48s} {cells}")
 
 

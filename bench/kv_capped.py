@@ -46,16 +46,26 @@ from poseidon.experiments.predict import Link, ps_round_s  # noqa: E402
 RESULT = re.compile(r"RESULT rank=(\d+) median_s=([\d.]+) parked_s=([\d.]+)")
 
 
-def run(cluster: EmulatedHosts, args: argparse.Namespace, chunk: str) -> tuple[float, float]:
-    command = [sys.executable, "-m", "poseidon.cli", "launch", "-n", str(args.workers),
-               "-s", str(args.workers), "--hostfile", cluster.hostfile(),
+def launch_rounds(cluster: EmulatedHosts, workers: int, megabytes: float, rounds: int,
+                  chunk: str, *worker_args: str) -> str:  # fmt: skip
+    """Runs kv_capped_worker.py on the first `workers` hosts; its output, or an error with
+    the output's tail if the job failed."""
+    command = [sys.executable, "-m", "poseidon.cli", "launch", "-n", str(workers),
+               "-s", str(workers), "--hostfile", cluster.hostfile(),
                "--ssh", cluster.ssh_wrapper(), "--port", "29652", "--chunk-bytes", chunk,
                "--", sys.executable, os.path.join(HERE, "kv_capped_worker.py"),
-               str(args.megabytes), str(args.rounds)]  # fmt: skip
+               str(megabytes), str(rounds), *worker_args]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    found = RESULT.findall(done.stdout)
-    if done.returncode != 0 or len(found) != args.workers:
-        raise RuntimeError(f"chunk {chunk} failed:\n{done.stdout[-4000:]}")
+    if done.returncode != 0:
+        raise RuntimeError(f"chunk {chunk}: the job failed:\n{done.stdout[-4000:]}")
+    return done.stdout
+
+
+def run(cluster: EmulatedHosts, args: argparse.Namespace, chunk: str) -> tuple[float, float]:
+    found = RESULT.findall(launch_rounds(cluster, args.workers, args.megabytes, args.rounds,
+                                         chunk))  # fmt: skip
+    if len(found) != args.workers:
+        raise RuntimeError(f"chunk {chunk}: {len(found)} of {args.workers} workers reported")
     return max(float(m) for _, m, _ in found), sum(float(p) for _, _, p in found)
 
 
@@ -136,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"P1 = P2 = {p}, {args.megabytes:g} MiB tensor, links capped at {args.rate_mbit:g} "
           f"Mbit/s each way, queues of {args.queue_ms:g} ms; line-rate bound per round "
           f"{bound:.3f} s")  # fmt: skip
-    subnet = "10.77.0" if args.prefix == "pos" else "10.78.0"
-    with EmulatedHosts(p, args.rate_mbit * 1e6, args.prefix, subnet, args.queue_ms) as cluster:
+    with EmulatedHosts(p, args.rate_mbit * 1e6, args.prefix, queue_ms=args.queue_ms) as cluster:
         if args.rto_min_ms is not None:
             set_rto_min(cluster, args.rto_min_ms)
             print(f"minimum retransmission timeout {args.rto_min_ms:g} ms on every host")

@@ -21,18 +21,16 @@ from __future__ import annotations
 import argparse
 import bisect
 import itertools
-import os
 import re
-import subprocess
 import sys
 import threading
 import time
 
+from kv_capped import launch_rounds  # this folder: the script's own, first on sys.path
+
 from poseidon.config import parse_bytes
 from poseidon.experiments.emulation import TCP_GOODPUT_TBF, EmulatedHosts
 from poseidon.experiments.predict import Link, ps_round_s
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 PERIOD_S = 0.005
 BIN_S = 0.05
@@ -112,15 +110,12 @@ def last_sent(samples: list, first: float, end: float, rate_bytes: float) -> lis
 
 def worker_rounds(cluster: EmulatedHosts, args: argparse.Namespace) -> list[tuple[float, float]]:
     """Runs the rounds; each one's (first start, last end) over the workers, monotonic."""
-    command = [sys.executable, "-m", "poseidon.cli", "launch", "-n", str(args.workers),
-               "-s", str(args.workers), "--hostfile", cluster.hostfile(),
-               "--ssh", cluster.ssh_wrapper(), "--port", "29652", "--chunk-bytes", args.chunk,
-               "--", sys.executable, os.path.join(HERE, "kv_capped_worker.py"),
-               str(args.megabytes), str(args.rounds), "--times"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    found = ROUND.findall(done.stdout)
-    if done.returncode != 0 or len(found) != args.workers * (args.rounds + 1):
-        raise RuntimeError(f"the rounds failed:\n{done.stdout[-4000:]}")
+    output = launch_rounds(cluster, args.workers, args.megabytes, args.rounds, args.chunk,
+                           "--times")  # fmt: skip
+    found = ROUND.findall(output)
+    if len(found) != args.workers * (args.rounds + 1):
+        raise RuntimeError(f"{len(found)} round times, want {args.workers * (args.rounds + 1)}:"
+                           f"\n{output[-4000:]}")  # fmt: skip
     spans: dict[int, tuple[float, float]] = {}
     for _, number, start, end in found:
         first, last = spans.get(int(number), (float("inf"), 0.0))
@@ -143,22 +138,18 @@ def main(argv: list[str] | None = None) -> int:
     link = Link(args.rate_mbit * 1e6, TCP_GOODPUT_TBF)
     size = int(args.megabytes * 2**20)
     predicted = ps_round_s(size // 4, args.workers, link, parse_bytes(args.chunk, "--chunk"))
-    subnet = "10.77.0" if args.prefix == "pos" else "10.78.0"
     with (
-        EmulatedHosts(args.workers, args.rate_mbit * 1e6, args.prefix, subnet,
-                      args.queue_ms) as cluster,
+        EmulatedHosts(args.workers, args.rate_mbit * 1e6, args.prefix,
+                      queue_ms=args.queue_ms) as cluster,
         Counters(args.prefix, args.workers) as counters,
     ):  # fmt: skip
         spans = worker_rounds(cluster, args)
-    bins = binned(counters.samples, rate_bytes)
+    bins = binned(counters.samples, rate_bytes) if args.bins else []
     print(f"P1 = P2 = {args.workers}, {args.megabytes:g} MiB tensor, {args.chunk} chunks, links "
           f"{args.rate_mbit:g} Mbit/s, queues {args.queue_ms:g} ms; predicted round "
           f"{predicted:.3f} s (the first round warms up)")  # fmt: skip
     origin = counters.samples[0][0]
     for number, (first, last_end) in enumerate(spans):
-        stretch = [b for b in bins if first - origin <= b[0] < last_end - origin]
-        if not stretch:
-            continue
         length = last_end - first
         use = sent_between(counters.samples, first, last_end) / (length * rate_bytes * args.workers)
         last = last_sent(counters.samples, first, last_end, rate_bytes)
@@ -167,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{use:.0%} used; each host's last bytes at "
             f"{' '.join(f'{t:.2f}' for t in last)} s (spread {max(last) - min(last):.2f} s)"
         )
-        if args.bins:
-            for start, up, down in stretch:
+        for start, up, down in bins:
+            if first - origin <= start < last_end - origin:
                 print(f"  {start - (first - origin):6.2f} s  up "
                       + " ".join(f"{u:4.0%}" for u in up)
                       + "   down " + " ".join(f"{d:4.0%}" for d in down))  # fmt: skip
