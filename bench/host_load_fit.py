@@ -85,9 +85,10 @@ def constants(values: list[float]) -> Iterator[None]:
             setattr(run, name, value)
 
 
-def picks(data: dict, profile: Profile) -> dict[int, float]:
+def picks(data: dict, profile: Profile, cores: int) -> dict[int, float]:
     g = data.get("workers_per_node", 1)
-    return {p: run.choose_dilation(p, data["bandwidth_bps"], data["byte_scale"], profile, g)
+    return {p: run.choose_dilation(p, data["bandwidth_bps"], data["byte_scale"], profile, g,
+                                   cores)
             for p in sorted({cell["nodes"] for cell in data["cells"]})}  # fmt: skip
 
 
@@ -95,7 +96,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cores", type=int, default=2)
     args = parser.parse_args()
-    run.os.cpu_count = lambda: args.cores  # the rule's picks for the machine that ran them
     labels, a, y, loads = rows(args.cores)
     x, _ = nnls(a, y)
     fitted = [value * unit for value, unit in zip(x, UNITS)]
@@ -114,9 +114,9 @@ def main() -> None:
         for cell in data["cells"]:
             busiest[cell["nodes"]] = max(busiest.get(cell["nodes"], 0.0),
                                          cell.get("host_load", 0.0))  # fmt: skip
-        now = picks(data, profile)
+        now = picks(data, profile, args.cores)
         with constants(fitted):
-            refit = picks(data, profile)
+            refit = picks(data, profile, args.cores)
         cells = ", ".join(
             f"{p}: {ran[p]:g}/{now[p]:g}/{refit[p]:g} ({busiest[p]:.2f})" for p in now
         )

@@ -122,14 +122,14 @@ def choose_byte_scale(profile: Profile, max_nodes: int, bandwidth_bps: float,
 
 def choose_dilation(
     nodes: int, bandwidth_bps: float, byte_scale: int, profile: Profile | None = None,
-    per_node: int = 1,
+    per_node: int = 1, cores: int | None = None,
 ) -> float:  # fmt: skip
     """The smallest power of two, at least MIN_DILATION, that keeps the nodes' links, at
     full rate, within EMULATION_BUDGET_BYTES_PER_S in all, and (given the profile) the
     workers' host load (`per_node` on each node; expected_host_load) within HOST_CPU_SHARE
-    of this machine's cores."""
+    of `cores` (default: this machine's)."""
     traffic = nodes * bandwidth_bps / 8 / byte_scale if nodes > 1 else 0.0
-    cores = os.cpu_count() or 1
+    cores = cores or os.cpu_count() or 1
 
     def too_busy(d: float) -> bool:
         if traffic / d > EMULATION_BUDGET_BYTES_PER_S:

@@ -76,8 +76,10 @@ def test_the_expected_load_is_the_measured_one_within_a_quarter():
 
 
 def test_more_cores_need_less_dilation(monkeypatch):
+    inception = shipped("inception_v3")
     monkeypatch.setattr(run.os, "cpu_count", lambda: 16)
-    assert run.choose_dilation(16, 10e9, 32, shipped("inception_v3")) == 8
+    assert run.choose_dilation(16, 10e9, 32, inception) == 8  # this machine's cores
+    assert run.choose_dilation(16, 10e9, 32, inception, cores=2) == 32  # another's
 
 
 def test_a_cell_over_the_budget_is_named_with_the_dilation_to_try():
