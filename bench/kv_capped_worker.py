@@ -2,14 +2,18 @@
 its shard runs in this process (the colocated layout); push-pull rounds of one tensor
 between barriers; prints the median round time and the shard's parked-reader time.
 
-    kv_capped_worker.py MEGABYTES ROUNDS [--times]
+    kv_capped_worker.py MEGABYTES ROUNDS [--times] [--tensors N]
 
 With --times it also prints each round's start and end on the system's monotonic clock,
 which every namespace shares (bench/round_timeline.py lines them up with the links' use).
+With --tensors N the bytes are N tensors of equal size (layers 0 … N−1), all pushed at the
+start of a round, the last layer first as a backward pass hands them over, and the round
+ends when every sum is in.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import threading
@@ -22,8 +26,12 @@ from poseidon import _C
 
 
 def main() -> int:
-    megabytes, rounds = float(sys.argv[1]), int(sys.argv[2])
-    print_times = sys.argv[3:] == ["--times"]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("megabytes", type=float)
+    parser.add_argument("rounds", type=int)
+    parser.add_argument("--times", action="store_true")
+    parser.add_argument("--tensors", type=int, default=1)
+    args = parser.parse_args()
     config = poseidon.Config.from_env(role="worker")
     shard = _C.KVServer(config.replace(role="server").to_native())
     shard_thread = threading.Thread(target=shard.run, daemon=True)
@@ -32,24 +40,28 @@ def main() -> int:
     native.local_server = shard.local_address
     worker = _C.Worker(native)
     worker.connect()
-    floats = int(megabytes * 2**20) // 4
-    worker.plan([_C.LayerSpec(0, "t", _C.LayerKind.OTHER, floats, 1, 1, floats,
-                              _C.SchemeChoice.PS)])  # fmt: skip
-    tensor = np.empty(floats, dtype=np.float32)
-    worker.register_layer(0, tensor)
+    floats = int(args.megabytes * 2**20) // 4 // args.tensors
+    worker.plan([_C.LayerSpec(i, f"t{i}", _C.LayerKind.OTHER, floats, 1, 1, floats,
+                              _C.SchemeChoice.PS) for i in range(args.tensors)])  # fmt: skip
+    tensors = [np.empty(floats, dtype=np.float32) for _ in range(args.tensors)]
+    for layer, tensor in enumerate(tensors):
+        worker.register_layer(layer, tensor)
     want = config.num_workers * (config.num_workers + 1) / 2
     times = []
-    for it in range(rounds + 1):  # the first round warms up
-        tensor.fill(config.rank + 1)
+    for it in range(args.rounds + 1):  # the first round warms up
+        for tensor in tensors:
+            tensor.fill(config.rank + 1)
         worker.barrier(f"round {it}")
         start = time.monotonic()
-        worker.push_pull(0, it).wait()
+        pending = [worker.push_pull(layer, it) for layer in reversed(range(args.tensors))]
+        for handle in pending:
+            handle.wait()
         end = time.monotonic()
         times.append(end - start)
-        if print_times:
+        if args.times:
             print(f"ROUND rank={config.rank} round={it} start={start:.6f} end={end:.6f}",
                   flush=True)  # fmt: skip
-        if not tensor.min() == want == tensor.max():
+        if not all(t.min() == want == t.max() for t in tensors):
             raise AssertionError(f"worker {config.rank}: wrong sum in round {it}")
     worker.barrier("end")
     worker.shutdown()

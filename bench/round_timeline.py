@@ -13,7 +13,7 @@ one node, standing for all of them, does not have. `--bins` prints the use of ev
 per 50 ms. Needs root.
 
     sudo .venv/bin/python bench/round_timeline.py [--workers 4] [--rate-mbit 25]
-        [--megabytes 4] [--chunk 1MiB] [--rounds 4] [--queue-ms 50] [--bins]
+        [--megabytes 4] [--chunk 1MiB] [--rounds 4] [--tensors 1] [--queue-ms 50] [--bins]
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def last_sent(samples: list, first: float, end: float, rate_bytes: float) -> lis
 def worker_rounds(cluster: EmulatedHosts, args: argparse.Namespace) -> list[tuple[float, float]]:
     """Runs the rounds; each one's (first start, last end) over the workers, monotonic."""
     output = launch_rounds(cluster, args.workers, args.megabytes, args.rounds, args.chunk,
-                           "--times")  # fmt: skip
+                           "--times", "--tensors", str(args.tensors))  # fmt: skip
     found = ROUND.findall(output)
     if len(found) != args.workers * (args.rounds + 1):
         raise RuntimeError(f"{len(found)} round times, want {args.workers * (args.rounds + 1)}:"
@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--megabytes", type=float, default=4.0)
     parser.add_argument("--chunk", default="1MiB")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--tensors", type=int, default=1,
+                        help="the bytes as that many tensors, all pushed at once")  # fmt: skip
     parser.add_argument("--queue-ms", type=float, default=50.0)
     parser.add_argument("--prefix", default="kvc")
     parser.add_argument("--bins", action="store_true", help="print every link's use per 50 ms")
@@ -137,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     rate_bytes = args.rate_mbit * 1e6 / 8
     link = Link(args.rate_mbit * 1e6, TCP_GOODPUT_TBF)
     size = int(args.megabytes * 2**20)
-    predicted = ps_round_s(size // 4, args.workers, link, parse_bytes(args.chunk, "--chunk"))
+    predicted = ps_round_s(size // 4, args.workers, link, parse_bytes(args.chunk, "--chunk"),
+                           tensors=args.tensors)  # fmt: skip
     with (
         EmulatedHosts(args.workers, args.rate_mbit * 1e6, args.prefix,
                       queue_ms=args.queue_ms) as cluster,
@@ -145,7 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     ):  # fmt: skip
         spans = worker_rounds(cluster, args)
     bins = binned(counters.samples, rate_bytes) if args.bins else []
-    print(f"P1 = P2 = {args.workers}, {args.megabytes:g} MiB tensor, {args.chunk} chunks, links "
+    what = (
+        f"{args.megabytes:g} MiB tensor"
+        if args.tensors == 1
+        else f"{args.megabytes:g} MiB in {args.tensors} tensors"
+    )
+    print(f"P1 = P2 = {args.workers}, {what}, {args.chunk} chunks, links "
           f"{args.rate_mbit:g} Mbit/s, queues {args.queue_ms:g} ms; predicted round "
           f"{predicted:.3f} s (the first round warms up)")  # fmt: skip
     origin = counters.samples[0][0]

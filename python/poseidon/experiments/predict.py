@@ -339,18 +339,28 @@ def predict_cell(
 
 
 def ps_round_s(
-    floats: int, nodes: int, link: Link, chunk_bytes: int = DEFAULT_CHUNK_BYTES, threads: int = 2
+    floats: int,
+    nodes: int,
+    link: Link,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    threads: int = 2,
+    tensors: int = 1,
 ) -> float:
-    """One push-pull round of a lone tensor of `floats` floats on `nodes` nodes, one worker
-    and one shard each, as the predictor models a PS layer's round (chunked as the
-    coordinator's plan cuts it): what bench/kv_capped.py measures on emulated links."""
+    """One push-pull round of `tensors` tensors of `floats` floats in all (equal parts, all
+    handed over at once) on `nodes` nodes, one worker and one shard each, as the predictor
+    models PS layers' rounds (chunked as the coordinator's plan cuts them): what
+    bench/kv_capped.py and bench/round_timeline.py measure on emulated links."""
     from poseidon import _C
 
-    spec = _C.LayerSpec(0, "t", _C.LayerKind.OTHER, floats, 1, 1, floats, _C.SchemeChoice.PS)
-    (lp,) = _C.make_plan([spec], nodes, nodes, chunk_bytes).layers
-    layer = _SyncedLayer(0, "PS", False, _chunk_bytes(lp.parts[0]), 0.0, 0.0, 0.0)
-    done, _ = _communicate({0: layer}, {0: 0.0}, nodes, link, chunk_bytes, threads)
-    return done[0]
+    each = floats // tensors
+    specs = [_C.LayerSpec(i, f"t{i}", _C.LayerKind.OTHER, each, 1, 1, each, _C.SchemeChoice.PS)
+             for i in range(tensors)]  # fmt: skip
+    plan = _C.make_plan(specs, nodes, nodes, chunk_bytes).layers
+    planned = {i: _SyncedLayer(i, "PS", False, _chunk_bytes(lp.parts[0]), 0.0, 0.0, 0.0)
+               for i, lp in enumerate(plan)}  # fmt: skip
+    done, _ = _communicate(planned, dict.fromkeys(planned, 0.0), nodes, link, chunk_bytes,
+                           threads)  # fmt: skip
+    return max(done.values())
 
 
 def _shared(link: Link, workers: int) -> Link:

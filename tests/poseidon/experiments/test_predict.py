@@ -142,6 +142,11 @@ def test_a_lone_tensors_round_is_the_plans_chunks_pushed_then_returned():
     # A tensor of fewer chunks than shards is cut into one piece per shard (the plan's rule).
     piece = (1 << 20) / 4 + FRAME_HEADER_BYTES
     assert ps_round_s(1 << 18, 4, LINK) == pytest.approx(6 * piece / B)
+    # The same 8 MiB as two tensors of 4 (bench/round_timeline.py --tensors 2): two layers
+    # of one turn each, the second's pushes beside the first's replies: 12 frames again.
+    assert ps_round_s(2 << 20, 4, LINK, tensors=2) == pytest.approx(12 * chunk / B)
+    # As eight tensors of 1 MiB, each cut into one 256 KiB piece per shard: 48 frames.
+    assert ps_round_s(2 << 20, 4, LINK, tensors=8) == pytest.approx(48 * piece / B)
 
 
 def test_a_turn_that_reaches_one_shard_moves_at_its_share_of_the_rate():
