@@ -1,0 +1,65 @@
+"""bench/multinode_rounds.py: every node simulated, against the predictor's one node."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import random
+import sys
+
+import pytest
+
+from poseidon.experiments.predict import Link, ps_round_s
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "bench" / "multinode_rounds.py"
+B = 1e6  # bytes/s each way
+LINK = Link(8 * B, goodput=1.0, latency_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def sim():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("multinode_rounds", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["multinode_rounds"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def rounds(sim, nodes, megabytes, chunk, sigma, lowat, count=3, tensors=1):  # type: ignore[no-untyped-def]
+    net = sim.Network(nodes, LINK, 2, sigma, random.Random(0), lowat)
+    layers = sim.plan_chunks(megabytes, tensors, nodes, chunk)
+    return [sim.simulate_round(net, layers, r) for r in range(count)]
+
+
+def test_weighted_max_min_fills_the_tightest_link_first(sim) -> None:  # type: ignore[no-untyped-def]
+    flows = [sim.Flow(0, 1, 1.0, 1.0, print), sim.Flow(0, 2, 1.0, 3.0, print),
+             sim.Flow(2, 1, 1.0, 1.0, print)]  # fmt: skip
+    # Node 0's uplink carries two flows, weights 1 and 3: a quarter and three quarters.
+    # Node 1's downlink then has 0.75 left for the flow from node 2.
+    assert sim.max_min_rates(flows, 1.0, 3) == pytest.approx([0.25, 0.75, 0.75])
+
+
+@pytest.mark.parametrize("nodes,megabytes,chunk,tensors", [(2, 4, 1 << 20, 1),
+                                                           (4, 4, 1 << 20, 1),
+                                                           (4, 2, 256 << 10, 4),
+                                                           (8, 4, 1 << 20, 1)])  # fmt: skip
+def test_even_shares_give_the_predictors_round(sim, nodes, megabytes, chunk, tensors) -> None:  # type: ignore[no-untyped-def]
+    # sigma = 0: every node alike, so the one node the predictor simulates stands for all,
+    # with or without threads freed at the low-water mark.
+    fluid = ps_round_s(int(megabytes * 2**20) // 4, nodes, LINK, chunk, tensors=tensors)
+    for lowat in (0, 256 << 10):
+        got = rounds(sim, nodes, megabytes, chunk, 0.0, lowat, tensors=tensors)
+        assert got == pytest.approx([fluid] * 3, rel=1e-6)
+
+
+def test_uneven_shares_lengthen_rounds_of_big_frames_more(sim) -> None:  # type: ignore[no-untyped-def]
+    fluid = ps_round_s(1 << 20, 4, LINK, 1 << 20)
+    big = rounds(sim, 4, 4, 1 << 20, 0.3, 256 << 10, count=6)
+    small = rounds(sim, 4, 4, 32 << 10, 0.3, 256 << 10, count=6)
+    # Never faster than the fluid round: it is the bound of every node's bytes at line rate.
+    assert min(big + small) >= fluid * (1 - 1e-9)
+    # Small frames fit under the low-water mark and never hold a thread: the links stay busy.
+    assert sum(small) / 6 < sum(big) / 6
+    # Held to the whole frame (no low-water mark), the same small frames stall the threads.
+    held = rounds(sim, 4, 4, 32 << 10, 0.3, 0, count=6)
+    assert sum(small) / 6 < sum(held) / 6
