@@ -54,7 +54,7 @@ class Flow:
     queue: int = WORKER
 
 
-def max_min_rates(flows: list[Flow], capacity: float, nodes: int) -> list[float]:
+def max_min_rates(flows: list[Flow], capacity: float) -> list[float]:
     """Weighted max-min fair rates: each flow crosses its sender's uplink and its receiver's
     downlink, all of `capacity` bytes/s; the links fill in turn, the most contended first."""
     links: dict[tuple[int, int], list[int]] = {}
@@ -127,7 +127,7 @@ class Network:
         """Until every frame (and those their on_done sends) is through."""
         while self.sending or any(self.queued.values()):
             self._take()
-            rates = max_min_rates(self.sending, self.link.bytes_per_s, self.nodes)
+            rates = max_min_rates(self.sending, self.link.bytes_per_s)
             step = min(f.left / r for f, r in zip(self.sending, rates) if r > 0)
             # ... or until a frame's rest fits in its socket, which frees its thread.
             step = min([step] + [(f.left - self.lowat) / r for f, r in zip(self.sending, rates)

@@ -36,7 +36,7 @@ def test_weighted_max_min_fills_the_tightest_link_first(sim) -> None:  # type: i
              sim.Flow(2, 1, 1.0, 1.0, print)]  # fmt: skip
     # Node 0's uplink carries two flows, weights 1 and 3: a quarter and three quarters.
     # Node 1's downlink then has 0.75 left for the flow from node 2.
-    assert sim.max_min_rates(flows, 1.0, 3) == pytest.approx([0.25, 0.75, 0.75])
+    assert sim.max_min_rates(flows, 1.0) == pytest.approx([0.25, 0.75, 0.75])
 
 
 @pytest.mark.parametrize("nodes,megabytes,chunk,tensors", [(2, 4, 1 << 20, 1),
