@@ -35,10 +35,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from poseidon import _C
 from poseidon.config import Config, parse_bytes
 from poseidon.experiments.emulation import TCP_GOODPUT_TBF
-from poseidon.experiments.predict import FRAME_HEADER_BYTES, Link, ps_round_s
+from poseidon.experiments.predict import FRAME_HEADER_BYTES, Link, ps_round_s, tensor_chunks
 
 WORKER, SHARD = 0, 1
 
@@ -192,23 +191,6 @@ def simulate_round(net: Network, layers: list[list[float]], round_number: int) -
     return finished[0] - start
 
 
-def plan_chunks(megabytes: float, tensors: int, nodes: int, chunk_bytes: int) -> list[list[float]]:
-    """Each tensor's chunk sizes as the coordinator's plan cuts them."""
-    floats = int(megabytes * 2**20) // 4 // tensors
-    specs = [_C.LayerSpec(i, f"t{i}", _C.LayerKind.OTHER, floats, 1, 1, floats,
-                          _C.SchemeChoice.PS) for i in range(tensors)]  # fmt: skip
-    out = []
-    for lp in _C.make_plan(specs, nodes, nodes, chunk_bytes).layers:
-        part = lp.parts[0]
-        out.append([4.0 * min(part.chunk_floats, part.num_floats - c * part.chunk_floats)
-                    for c in range(part.num_chunks)])  # fmt: skip
-    return out
-
-
-def parse_bytes_arg(text: str) -> int:
-    return parse_bytes(text, "--lowat")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=4)
@@ -217,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tensors", type=int, default=1)
     parser.add_argument("--rate-mbit", type=float, default=25.0)
     parser.add_argument("--threads", type=int, default=Config.comm_threads)
-    parser.add_argument("--lowat", type=parse_bytes_arg, default=Config.notsent_lowat_bytes,
+    parser.add_argument("--lowat", type=lambda text: parse_bytes(text, "--lowat"),
+                        default=Config.notsent_lowat_bytes,
                         help="TCP_NOTSENT_LOWAT (POSEIDON_NOTSENT_LOWAT)")  # fmt: skip
     parser.add_argument("--sigma", default="0,0.3",
                         help="spreads of the frames' shares, comma-separated")  # fmt: skip
@@ -226,9 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     chunk = parse_bytes(args.chunk, "--chunk")
     link = Link(args.rate_mbit * 1e6, TCP_GOODPUT_TBF)
-    layers = plan_chunks(args.megabytes, args.tensors, args.workers, chunk)
-    fluid = ps_round_s(int(args.megabytes * 2**20) // 4, args.workers, link, chunk, args.threads,
-                       args.tensors)  # fmt: skip
+    floats = int(args.megabytes * 2**20) // 4
+    layers = tensor_chunks(floats, args.workers, chunk, args.tensors)
+    fluid = ps_round_s(floats, args.workers, link, chunk, args.threads, args.tensors)
     frames = sorted({round(size / 1024) for chunks in layers for size in chunks})
     print(f"P = {args.workers}, {args.megabytes:g} MiB in {args.tensors} tensor(s), "
           f"{args.chunk} chunks (frames of {'/'.join(map(str, frames))} KiB), "

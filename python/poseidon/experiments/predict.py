@@ -350,17 +350,25 @@ def ps_round_s(
     handed over at once) on `nodes` nodes, one worker and one shard each, as the predictor
     models PS layers' rounds (chunked as the coordinator's plan cuts them): what
     bench/kv_capped.py and bench/round_timeline.py measure on emulated links."""
+    parts = tensor_chunks(floats, nodes, chunk_bytes, tensors)
+    planned = {i: _SyncedLayer(i, "PS", False, chunks, 0.0, 0.0, 0.0)
+               for i, chunks in enumerate(parts)}  # fmt: skip
+    done, _ = _communicate(planned, dict.fromkeys(planned, 0.0), nodes, link, chunk_bytes,
+                           threads)  # fmt: skip
+    return max(done.values())
+
+
+def tensor_chunks(floats: int, nodes: int, chunk_bytes: int, tensors: int = 1) -> list[list[float]]:
+    """The chunk sizes, in bytes, of `tensors` PS tensors of `floats` floats in all (equal
+    parts) on `nodes` workers and shards, as the coordinator's plan cuts them."""
     from poseidon import _C
 
     each = floats // tensors
     specs = [_C.LayerSpec(i, f"t{i}", _C.LayerKind.OTHER, each, 1, 1, each, _C.SchemeChoice.PS)
              for i in range(tensors)]  # fmt: skip
-    plan = _C.make_plan(specs, nodes, nodes, chunk_bytes).layers
-    planned = {i: _SyncedLayer(i, "PS", False, _chunk_bytes(lp.parts[0]), 0.0, 0.0, 0.0)
-               for i, lp in enumerate(plan)}  # fmt: skip
-    done, _ = _communicate(planned, dict.fromkeys(planned, 0.0), nodes, link, chunk_bytes,
-                           threads)  # fmt: skip
-    return max(done.values())
+    return [
+        _chunk_bytes(lp.parts[0]) for lp in _C.make_plan(specs, nodes, nodes, chunk_bytes).layers
+    ]
 
 
 def _shared(link: Link, workers: int) -> Link:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from poseidon.experiments.predict import Link, ps_round_s
+from poseidon.experiments.predict import Link, ps_round_s, tensor_chunks
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "bench" / "multinode_rounds.py"
 B = 1e6  # bytes/s each way
@@ -27,7 +27,7 @@ def sim():  # type: ignore[no-untyped-def]
 
 def rounds(sim, nodes, megabytes, chunk, sigma, lowat, count=3, tensors=1):  # type: ignore[no-untyped-def]
     net = sim.Network(nodes, LINK, 2, sigma, random.Random(0), lowat)
-    layers = sim.plan_chunks(megabytes, tensors, nodes, chunk)
+    layers = tensor_chunks(int(megabytes * 2**20) // 4, nodes, chunk, tensors)
     return [sim.simulate_round(net, layers, r) for r in range(count)]
 
 
