@@ -2,23 +2,16 @@
 the predictor's, where one node stands for all of them.
 
 The predictor (poseidon/experiments/predict.py) simulates one node's uplink and lets it
-stand for every node: all nodes alike, a round's pushes all in when this node's are. Here
-every node is simulated: P nodes, each with an uplink and a downlink of the predictor's
-goodput; each frame a flow from its sender to its receiver; every frame in flight sharing
-the links it crosses by weighted max-min (what TCP's flows converge to, unevenly), its
-weight drawn once per frame from a lognormal of spread `sigma` (1 on average: sigma = 0 is
-the predictor's fluid link, and the round is `ps_round_s` exactly). As in the comm core,
-each node sends from a worker queue (its pushes) and a shard queue (its sums), `threads`
-sender threads each, a thread taking the most urgent frame to a peer that no other thread
-of its queue is writing to, and free again once the frame's rest fits under the socket's
-TCP_NOTSENT_LOWAT (`--lowat`, the comm core's setting: the kernel sends that rest while
-the thread writes another frame); a chunk's owner is its global index mod P, a worker pushes a
-turn starting with the shard after its own (kv_worker.cc, Note [push order]), and a shard
-returns a sum once all P pushes of it are in, starting with the next node
-(kv_server.cc). Rounds run one after the other from a barrier, as bench/round_timeline.py
-runs them; the output is each sigma's mean over the rounds and seeds of the predictor's
-miss, `ps_round_s` over the round's time, less 1, as round_timeline prints it for the
-emulated rounds (docs/benchmarks.md, "The round's tail and the frame size").
+stand for every node. Here every node is simulated with the network of
+poseidon/experiments/every_node.py (Note [every node]: every host's uplink and downlink,
+the frames in flight sharing them by weighted max-min with lognormal weights of spread
+`sigma`, sigma = 0 being the predictor's fluid link and the round `ps_round_s` exactly; the
+comm core's two send queues, `threads` sender threads each, freed at TCP_NOTSENT_LOWAT,
+`--lowat`), one round of P pushes per chunk and P − 1 sums at a time. Rounds run one after
+the other from a barrier, as bench/round_timeline.py runs them; the output is each sigma's
+mean over the rounds and seeds of the predictor's miss, `ps_round_s` over the round's time,
+less 1, as round_timeline prints it for the emulated rounds (docs/benchmarks.md, "The
+round's tail and the frame size").
 
     .venv/bin/python bench/multinode_rounds.py [--workers 4] [--megabytes 4]
         [--chunk 1MiB] [--tensors 1] [--rate-mbit 25] [--sigma 0,0.3] [--rounds 6]
@@ -28,124 +21,18 @@ emulated rounds (docs/benchmarks.md, "The round's tail and the frame size").
 from __future__ import annotations
 
 import argparse
-import heapq
-import math
 import random
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from poseidon.config import Config, parse_bytes
 from poseidon.experiments.emulation import TCP_GOODPUT_TBF
+from poseidon.experiments.every_node import SHARD, WORKER, Network
 from poseidon.experiments.predict import FRAME_HEADER_BYTES, Link, ps_round_s, tensor_chunks
 
-WORKER, SHARD = 0, 1
 
-
-@dataclass
-class Flow:
-    src: int
-    dst: int
-    left: float  # bytes
-    weight: float
-    on_done: Callable[[float], None]
-    priority: tuple = ()
-    queue: int = WORKER
-
-
-def max_min_rates(flows: list[Flow], capacity: float) -> list[float]:
-    """Weighted max-min fair rates: each flow crosses its sender's uplink and its receiver's
-    downlink, all of `capacity` bytes/s; the links fill in turn, the most contended first."""
-    links: dict[tuple[int, int], list[int]] = {}
-    for k, flow in enumerate(flows):
-        links.setdefault((0, flow.src), []).append(k)
-        links.setdefault((1, flow.dst), []).append(k)
-    left = dict.fromkeys(links, capacity)
-    rate = [0.0] * len(flows)
-    frozen = [False] * len(flows)
-    while not all(frozen):
-        step, tightest = math.inf, None
-        for link, members in links.items():
-            weight = sum(flows[k].weight for k in members if not frozen[k])
-            if weight > 0 and left[link] / weight < step:
-                step, tightest = left[link] / weight, link
-        if tightest is None:
-            break
-        for link, members in links.items():
-            left[link] -= step * sum(flows[k].weight for k in members if not frozen[k])
-        for k, flow in enumerate(flows):
-            if not frozen[k]:
-                rate[k] += step * flow.weight
-        for link, members in links.items():
-            if link == tightest or left[link] <= 1e-9 * capacity:
-                for k in members:
-                    frozen[k] = True
-    return rate
-
-
-@dataclass
-class Network:
-    nodes: int
-    link: Link
-    threads: int
-    sigma: float
-    rng: random.Random
-    lowat: float  # TCP_NOTSENT_LOWAT: a frame's last bytes wait in the socket, not a thread
-    now: float = 0.0
-    queued: dict[tuple[int, int], list] = field(default_factory=dict)
-    sending: list[Flow] = field(default_factory=list)
-    count: int = 0
-
-    def send(self, src: int, queue: int, dst: int, size: float, priority: tuple,
-             on_done: Callable[[float], None]) -> None:  # fmt: skip
-        weight = math.exp(self.sigma * self.rng.gauss(0.0, 1.0) - self.sigma**2 / 2)
-        flow = Flow(src, dst, size, weight, on_done, priority, queue)
-        heapq.heappush(self.queued.setdefault((src, queue), []), (priority, self.count, flow))
-        self.count += 1
-
-    def _take(self) -> None:
-        """Free sender threads take the most urgent frames to peers nobody is writing to."""
-        for (src, queue), heap in self.queued.items():
-            ours = [f for f in self.sending if f.src == src and f.queue == queue]
-            busy = {f.dst for f in ours}
-            mine = [f for f in ours if f.left > self.lowat]  # a thread still writes it
-            skipped = []
-            while heap and len(mine) < self.threads:
-                entry = heapq.heappop(heap)
-                if entry[2].dst in busy:
-                    skipped.append(entry)
-                    continue
-                self.sending.append(entry[2])
-                if entry[2].left > self.lowat:
-                    mine.append(entry[2])
-                busy.add(entry[2].dst)
-            for entry in skipped:
-                heapq.heappush(heap, entry)
-
-    def run(self) -> None:
-        """Until every frame (and those their on_done sends) is through."""
-        while self.sending or any(self.queued.values()):
-            self._take()
-            rates = max_min_rates(self.sending, self.link.bytes_per_s)
-            step = min(f.left / r for f, r in zip(self.sending, rates) if r > 0)
-            # ... or until a frame's rest fits in its socket, which frees its thread.
-            step = min([step] + [(f.left - self.lowat) / r for f, r in zip(self.sending, rates)
-                                 if r > 0 and f.left > self.lowat])  # fmt: skip
-            self.now += step
-            done = []
-            for flow, rate in zip(self.sending, rates):
-                flow.left -= rate * step
-                if flow.left <= 1e-6 * max(1.0, rate * step):
-                    done.append(flow)
-            for flow in done:
-                self.sending.remove(flow)
-                flow.on_done(self.now + self.link.latency_s)
-
-
-def simulate_round(net: Network, layers: list[list[float]], round_number: int) -> float:
-    """Every node pushes every layer's chunks at once (the send queues take lower layers
-    first); the time until every node has every sum."""
-    p = net.nodes
+def simulate_round(net: Network, p: int, layers: list[list[float]], round_number: int) -> float:
+    """Every one of `p` nodes pushes every layer's chunks at once (the send queues take lower
+    layers first); the time until every node has every sum."""
     start = net.now
     global_index, first = {}, 0  # a chunk's index over all layers; its shard is that mod P
     for index, chunks in enumerate(layers):
@@ -219,9 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     for sigma in (float(s) for s in args.sigma.split(",")):
         rounds = []
         for seed in range(args.seeds):
-            net = Network(args.workers, link, args.threads, sigma, random.Random(seed),
-                          args.lowat)  # fmt: skip
-            rounds += [simulate_round(net, layers, r) for r in range(args.rounds)]
+            net = Network(link, args.threads, sigma, random.Random(seed), args.lowat)
+            rounds += [simulate_round(net, args.workers, layers, r) for r in range(args.rounds)]
         misses = [fluid / r - 1 for r in rounds]  # as bench/round_timeline.py prints them
         print(f"sigma {sigma:g}: the predictor's round misses by {sum(misses) / len(misses):+.1%} "
               f"on average ({min(misses):+.1%} to {max(misses):+.1%})", flush=True)  # fmt: skip

@@ -54,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local-bandwidth", default="0",
                    help="with --workers-per-node: the bandwidth between a node's workers, "
                    "e.g. 100gbit (PCIe 3 x16), 3600gbit (NVLink 4); default: free")  # fmt: skip
+    p.add_argument("--every-node", type=float, metavar="SIGMA",
+                   help="simulate the saturated PS cells node by node (every node's links, "
+                   "TCP's shares spread by SIGMA, 0 for even shares): slower, and nearer "
+                   "the emulation where one node cannot stand for all "
+                   "(docs/experiments.md §4)")  # fmt: skip
     p.add_argument("-o", "--output", help="write the predictions as JSON")
     p.add_argument("--plot", help="write a PNG of speed-up against nodes")
 
@@ -62,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from poseidon.commands._common import fail
     from poseidon.config import Config, parse_compression, parse_positive
     from poseidon.experiments.emulation import TCP_GOODPUT_TBF
+    from poseidon.experiments.every_node import EveryNode
     from poseidon.experiments.experiment import check_profile
     from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Compression, Layout, Link
     from poseidon.experiments.report import Cell, Results, write_outputs
@@ -88,6 +94,11 @@ def run(args: argparse.Namespace) -> int:
         compression = Compression(*allowed)
         g = parse_positive(str(args.workers_per_node), "--workers-per-node")
         local_bps = parse_bandwidth(args.local_bandwidth) if args.local_bandwidth != "0" else 0
+        every = None
+        if args.every_node is not None:
+            if not args.every_node >= 0:
+                raise ValueError(f"--every-node {args.every_node}: want a spread >= 0")
+            every = EveryNode(sigma=args.every_node)
     except ValueError as e:
         return fail("predict", e)
     goodput = TCP_GOODPUT_TBF if args.framing == "tbf" else TCP_GOODPUT_ETHERNET
@@ -97,9 +108,11 @@ def run(args: argparse.Namespace) -> int:
     results = Results(label, profile.label(), bandwidth, batch, "predicted", workers_per_node=g)
     results.info = {"framing": args.framing, "goodput": goodput, "chunk_bytes": args.chunk_bytes,
                     "compression": f"{compression.kind}:{compression.powersgd_rank}",
-                    "local_bandwidth_bps": local_bps}  # fmt: skip
+                    "local_bandwidth_bps": local_bps,
+                    "every_node_sigma": args.every_node}  # fmt: skip
     try:
-        predictions = predict(profile, modes, nodes, link, args.chunk_bytes, compression, layouts)
+        predictions = predict(profile, modes, nodes, link, args.chunk_bytes, compression, layouts,
+                              every)  # fmt: skip
     except ValueError as e:
         return fail("predict", e)
     for prediction in predictions:
@@ -110,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
             "bytes_per_node": prediction.bytes_per_node,
             "link_busy": prediction.link_busy(link),
             "saturated": prediction.saturated(link),
+            "every_node": prediction.every_node,
         }
         if prediction.mode == "poseidon-tuned":
             extra["layer_schemes"] = format_layer_schemes(prediction.layer_schemes)
@@ -117,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     single = {m: p.iteration_s for m in modes for p in [predict(profile, [m], [1], link)[0]]}
     results.update_speedups(single)
     write_outputs(results, args.output, args.plot)
-    saturated = [p for p in predictions if p.saturated(link)]
+    saturated = [p for p in predictions if p.saturated(link) and not p.every_node]
     if saturated:
         print(saturation_note(saturated, link))
     return 0
@@ -135,4 +149,5 @@ def saturation_note(cells: list[CellPrediction], link: Link) -> str:
     return (f"note: {listed}: a PS mode on a link busy for {SATURATED_LINK_BUSY:.0%} or more "
             "of the iteration, where emulated runs took up to 26% longer than predicted (a "
             "round waits for the slowest worker's push): read their times as lower bounds "
-            "and their speed-ups as upper bounds (docs/experiments.md §4)")  # fmt: skip
+            "and their speed-ups as upper bounds, or simulate them node by node with "
+            "--every-node 0 (docs/experiments.md §4)")  # fmt: skip

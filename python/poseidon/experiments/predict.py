@@ -130,6 +130,7 @@ class CellPrediction:
     bytes_per_node: float  # sent by one node per iteration (= received)
     layer_schemes: dict[str, str] = field(default_factory=dict)  # the overrides it ran with
     workers_per_node: int = 1
+    every_node: bool = False  # its iteration simulated node by node (every_node.py)
 
     def link_busy(self, link: Link) -> float:
         """The share of the iteration one node's link spends sending (bytes over goodput)."""
@@ -156,6 +157,7 @@ class _SyncedLayer:
     encode_p_s: float = 0.0  # PowerSGD: on the training thread, after the layer's backward
     encode_q_s: float = 0.0  # PowerSGD: between its two rounds
     local_s: float = 0.0  # local aggregation: the local stage, half before and half after
+    first_chunk: int = 0  # PS: the plan's global index of its first chunk (its shard: mod P2)
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ class Compression:
 EXACT = Compression()  # the paper's behaviour: no lossy scheme allowed
 
 
-def _planned_layers(
+def planned_layers(
     profile: Profile,
     mode: str,
     nodes: int,
@@ -224,7 +226,8 @@ def _planned_layers(
         local_s = lp.estimate.local_bytes / local_rate if local_rate else 0.0
         if lp.scheme == _C.Scheme.BF16:
             out.append(_SyncedLayer(lp.layer_id, "BF16", sync.late, [b / 2 for b in parts[0]],
-                                    0.0, 0.0, 0.0, local_s=local_s))  # fmt: skip
+                                    0.0, 0.0, 0.0, local_s=local_s,
+                                    first_chunk=lp.first_chunk))  # fmt: skip
         elif lp.scheme == _C.Scheme.POWERSGD:
             e = lp.estimate  # the cost model's phases at the profile's GEMM rate
             out.append(_SyncedLayer(lp.layer_id, "PowerSGD", sync.late, parts[0], 0.0, e.finish_s,
@@ -232,7 +235,7 @@ def _planned_layers(
                                     local_s))  # fmt: skip
         else:
             out.append(_SyncedLayer(lp.layer_id, "PS", sync.late, parts[0], 0.0, 0.0, 0.0,
-                                    local_s=local_s))  # fmt: skip
+                                    local_s=local_s, first_chunk=lp.first_chunk))  # fmt: skip
     return out
 
 
@@ -269,28 +272,14 @@ def predict_cell(
     g = layout.per_node
     flat = g > 1 and not layout.aggregate
     # A pusher's link: the node's, or a flat worker's 1/G share of it.
-    pusher_link = _shared(link, g) if flat else link
+    pusher_link = link_share(link, g) if flat else link
     if mode != "allreduce":
-        chosen = _planned_layers(profile, mode, nodes, chunk_bytes, layer_schemes, pusher_link,
+        chosen = planned_layers(profile, mode, nodes, chunk_bytes, layer_schemes, pusher_link,
                                  compression, layout)  # fmt: skip
         planned = {s.index: s for s in chosen}
-    # A CPU's own host work (Note [host work]): an equal share with each layer's forward,
-    # as the replay spends it (replay.py).
-    host_step = profile.host_s / len(layers)
-    # Backward: layer L-1 down to 0; a layer's sync may start when its backward ends.
-    now, backward_end = 0.0, {}
-    compute = 0.0
-    for index in range(len(layers) - 1, -1, -1):
-        spent = layers[index].backward_s
-        synced = planned.get(index)
-        if synced is not None and synced.scheme == "SFB":
-            spent = max(0.0, spent - synced.skipped_s)
-        if synced is not None:
-            spent += synced.encode_p_s  # PowerSGD's P, before the round can start
-        now += spent
-        compute += spent
-        backward_end[index] = now
-    backward_s = now
+    host_step = host_share_s(profile)
+    backward_end, backward_s = backward_pass(layers, planned)
+    compute = backward_s
     if mode == "allreduce":  # one ring over every worker: each node's link carries one hop
         ring_link = link
         if nodes == 1 and g > 1:  # the ring never leaves the machine
@@ -298,14 +287,9 @@ def predict_cell(
         done, sent = _allreduce(profile, nodes * g, ring_link, backward_end, buckets)
         if nodes == 1:
             sent = 0.0  # nothing crossed a network link
-        start_forward = max([backward_s, *done.values()])
         waits_per_layer = False
     else:
-        submit = {
-            i: (backward_s if (s.late or mode == "ps-nooverlap") else backward_end[i])
-            + s.local_s / 2
-            for i, s in planned.items()
-        }
+        submit = hand_over_times(planned, backward_end, mode)
         if not flat:
             done, sent = _communicate(planned, submit, nodes, link, chunk_bytes, threads)
             done = {i: t + planned[i].local_s / 2 for i, t in done.items()}
@@ -314,12 +298,60 @@ def predict_cell(
                                       threads, colocated=g)  # fmt: skip
             sent *= g  # the node's G workers' bytes
         waits_per_layer = mode != "ps-nooverlap"
-        start_forward = backward_s if waits_per_layer else max([backward_s, *done.values()])
-    # Updates: a synchronised layer's when its sync is in (deferred, before its forward);
-    # the rest (frozen layers, and every layer without deferral) before the forward starts.
+    now, forward_compute, rebuild = forward_pass(layers, planned, backward_s, done, waits_per_layer,
+                                             host_step)  # fmt: skip
+    compute += forward_compute
+    wait = now - compute - rebuild
+    chosen = dict(layer_schemes or {}) if mode == "poseidon" else {}
+    return CellPrediction(layout.label(mode), nodes, now, compute, rebuild, wait, sent, chosen, g)
+
+
+def host_share_s(profile: Profile) -> float:
+    """A CPU's own host work (Note [host work]): an equal share with each layer's forward,
+    as the replay spends it (replay.py)."""
+    return profile.host_s / len(profile.layers)
+
+
+def backward_pass(layers: list, planned: dict[int, _SyncedLayer]) -> tuple[dict[int, float], float]:
+    """When each layer's backward ends (layer L−1 down to 0; a layer's sync may start then),
+    from the iteration's start, and the compute it took: SFB skips its dW share, PowerSGD
+    encodes P before the round can start."""
+    now, backward_end = 0.0, {}
+    for index in range(len(layers) - 1, -1, -1):
+        spent = layers[index].backward_s
+        synced = planned.get(index)
+        if synced is not None and synced.scheme == "SFB":
+            spent = max(0.0, spent - synced.skipped_s)
+        if synced is not None:
+            spent += synced.encode_p_s
+        now += spent
+        backward_end[index] = now
+    return backward_end, now
+
+
+def hand_over_times(planned: dict[int, _SyncedLayer], backward_end: dict[int, float],
+                  mode: str) -> dict[int, float]:  # fmt: skip
+    """When each synchronised layer is handed over: at its backward's end (WFBP), or after
+    the whole backward (a late layer; every layer of ps-nooverlap), plus half its local stage."""
+    backward_s = max(backward_end.values(), default=0.0)
+    return {
+        i: (backward_s if (s.late or mode == "ps-nooverlap") else backward_end[i]) + s.local_s / 2
+        for i, s in planned.items()
+    }
+
+
+def forward_pass(layers: list, planned: dict[int, _SyncedLayer], backward_s: float,
+             done: dict[int, float], waits_per_layer: bool,
+             host_step: float) -> tuple[float, float, float]:  # fmt: skip
+    """The forward pass after the backward (times from the iteration's start), given when
+    each layer's sync is in: when it ends, the compute it took and the rebuilds'. Updates: a
+    synchronised layer's when its sync is in (deferred, before its forward); the rest (frozen
+    layers, and every layer without deferral) before the forward starts, which without
+    deferral also waits for every sync."""
+    start = backward_s if waits_per_layer else max([backward_s, *done.values()])
     deferred = {i for i in planned if waits_per_layer}
-    now = start_forward + sum(x.update_s for i, x in enumerate(layers) if i not in deferred)
-    compute += sum(x.update_s for x in layers)
+    now = start + sum(x.update_s for i, x in enumerate(layers) if i not in deferred)
+    compute = sum(x.update_s for x in layers)
     rebuild = 0.0
     for index, layer in enumerate(layers):
         synced = planned.get(index)
@@ -333,9 +365,7 @@ def predict_cell(
                 now += layer.update_s
         now += layer.forward_s + host_step
         compute += layer.forward_s + host_step
-    wait = now - compute - rebuild
-    chosen = dict(layer_schemes or {}) if mode == "poseidon" else {}
-    return CellPrediction(layout.label(mode), nodes, now, compute, rebuild, wait, sent, chosen, g)
+    return now, compute, rebuild
 
 
 def ps_round_s(
@@ -371,7 +401,7 @@ def tensor_chunks(floats: int, nodes: int, chunk_bytes: int, tensors: int = 1) -
     ]
 
 
-def _shared(link: Link, workers: int) -> Link:
+def link_share(link: Link, workers: int) -> Link:
     """One worker's share of a node's link that `workers` workers push through at once."""
     return Link(link.bandwidth_bps / workers, link.goodput, link.latency_s)
 

@@ -21,6 +21,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 
+from poseidon.experiments.every_node import EveryNode, simulated
 from poseidon.experiments.predict import (
     EXACT,
     PAPER_LAYOUT,
@@ -108,11 +109,13 @@ def predict(
     chunk_bytes: int = 1 << 20,
     compression: Compression = EXACT,
     layouts: Sequence[Layout] = (PAPER_LAYOUT,),
+    every: EveryNode | None = None,
 ) -> list[CellPrediction]:
     """Every (mode, layout, node count) cell; mode "poseidon-tuned" is Poseidon with the
     per-layer schemes tune_layer_schemes finds for that cell (among the exact ones; the
     paper's layout only); `compression` lets mode "poseidon" plan lossy schemes too. All-reduce
-    takes the first layout's workers per node (it has no local aggregation of its own)."""
+    takes the first layout's workers per node (it has no local aggregation of its own). With
+    `every`, the saturated PS cells are simulated node by node (every_node.py)."""
     if TUNED in modes and any(x.per_node > 1 for x in layouts):
         raise ValueError("poseidon-tuned plans the paper's layout, one worker per node")
     cells = []
@@ -124,5 +127,8 @@ def predict(
                 else:
                     cell = predict_cell(profile, mode, p, link, chunk_bytes,
                                         compression=compression, layout=layout)  # fmt: skip
+                if every is not None:
+                    cell = simulated(cell, profile, link, every, chunk_bytes, layout=layout,
+                                     compression=compression)  # fmt: skip
                 cells.append(cell)
     return cells

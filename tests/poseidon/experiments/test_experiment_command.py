@@ -260,6 +260,16 @@ def test_predict_flags_the_cells_it_reads_as_lower_bounds(capsys, tmp_path):
     assert cells["allreduce"]["link_busy"] > 0.9
     assert main([*args, "--bandwidth", "40gbit"]) == 0
     assert "note:" not in capsys.readouterr().out
+    # Simulated node by node, the saturated cell is no lower bound: no note, and a longer
+    # iteration (the last layers' small rounds wait behind the big ones on some links).
+    fluid = cells["poseidon"]["iteration_s"]
+    assert main([*args, "--bandwidth", "2gbit", "--every-node", "0", "-o", str(out)]) == 0
+    assert "note:" not in capsys.readouterr().out
+    cells = {c["mode"]: c for c in json.loads(out.read_text())["cells"]}
+    assert cells["poseidon"]["every_node"] and not cells["allreduce"]["every_node"]
+    assert cells["poseidon"]["iteration_s"] > fluid * 1.01
+    assert main([*args, "--bandwidth", "2gbit", "--every-node", "-1"]) == 2
+    assert "--every-node -1.0: want a spread >= 0" in capsys.readouterr().err
 
 
 def test_a_cells_chunk_is_the_real_clusters_divided_by_the_byte_scale(monkeypatch):

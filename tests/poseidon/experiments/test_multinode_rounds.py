@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from poseidon.experiments.every_node import Network
 from poseidon.experiments.predict import Link, ps_round_s, tensor_chunks
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "bench" / "multinode_rounds.py"
@@ -26,17 +27,9 @@ def sim():  # type: ignore[no-untyped-def]
 
 
 def rounds(sim, nodes, megabytes, chunk, sigma, lowat, count=3, tensors=1):  # type: ignore[no-untyped-def]
-    net = sim.Network(nodes, LINK, 2, sigma, random.Random(0), lowat)
+    net = Network(LINK, 2, sigma, random.Random(0), lowat)
     layers = tensor_chunks(int(megabytes * 2**20) // 4, nodes, chunk, tensors)
-    return [sim.simulate_round(net, layers, r) for r in range(count)]
-
-
-def test_weighted_max_min_fills_the_tightest_link_first(sim) -> None:  # type: ignore[no-untyped-def]
-    flows = [sim.Flow(0, 1, 1.0, 1.0, print), sim.Flow(0, 2, 1.0, 3.0, print),
-             sim.Flow(2, 1, 1.0, 1.0, print)]  # fmt: skip
-    # Node 0's uplink carries two flows, weights 1 and 3: a quarter and three quarters.
-    # Node 1's downlink then has 0.75 left for the flow from node 2.
-    assert sim.max_min_rates(flows, 1.0) == pytest.approx([0.25, 0.75, 0.75])
+    return [sim.simulate_round(net, nodes, layers, r) for r in range(count)]
 
 
 @pytest.mark.parametrize("nodes,megabytes,chunk,tensors", [(2, 4, 1 << 20, 1),
