@@ -36,10 +36,9 @@ With even shares on a net whose every layer is a whole number of turns of P chun
 process is alike and the iteration is the predictor's (tests/poseidon/experiments/
 test_every_node.py). The iteration reported is the slowest process's mean over the timed
 iterations after the warm-up ones, as the emulation reports it (worker.py), averaged over
-`seeds` draws. The simulated workers drift further apart with every iteration than the
-emulated ones do (unseen_a's WFBP at P = 2: 0.393 s for the first iteration, 0.457 s from
-the ninth on, where the emulation's mean over 20 is 0.386–0.418 s), so few iterations are
-timed: 3 after 2 warm-up ones.
+`seeds` draws. Five iterations reach the steady state: unseen_a's WFBP at 4 nodes reads
+0.7203 s over 3 after 2 warm-up ones and 0.7208 s over 20 after 3 (as its emulation is
+timed).
 """
 
 from __future__ import annotations
