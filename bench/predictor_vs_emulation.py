@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from poseidon.config import parse_bytes, parse_layer_schemes
 from poseidon.experiments.emulation import DEFAULT_QUEUE_MS, TCP_GOODPUT_TBF
-from poseidon.experiments.every_node import EveryNode, predict_every_node
+from poseidon.experiments.every_node import EveryNode, simulated
 from poseidon.experiments.predict import EXACT, Compression, Layout, Link, predict_cell
 from poseidon.experiments.profile import load_profile
 from poseidon.experiments.resolve import resolve_profile
@@ -46,14 +46,12 @@ def predict(profile, cell: dict, link: Link, per_node: int = 1,  # type: ignore[
     layout = Layout(per_node, not mode.endswith("-flat"))
     mode = mode.removesuffix("-flat")
     allowed = compression if mode == "poseidon" else EXACT
-    if every is not None and allowed.kind == "none":
-        cell_prediction = predict_every_node(profile, mode, cell["nodes"], link, every,
-                                             chunk_bytes, layer_schemes=schemes,
-                                             layout=layout)  # fmt: skip
-    else:
-        cell_prediction = predict_cell(profile, mode, cell["nodes"], link, chunk_bytes,
-                                       layer_schemes=schemes, layout=layout,
-                                       compression=allowed)  # fmt: skip
+    cell_prediction = predict_cell(profile, mode, cell["nodes"], link, chunk_bytes,
+                                   layer_schemes=schemes, layout=layout,
+                                   compression=allowed)  # fmt: skip
+    if every is not None:
+        cell_prediction = simulated(cell_prediction, profile, link, every, chunk_bytes,
+                                    layout=layout, compression=allowed)  # fmt: skip
     return cell_prediction.iteration_s, cell_prediction.link_busy(link)
 
 
@@ -87,7 +85,7 @@ def compare(paths: list[str], profile_dirs: list[str] | None = None,
         scaled = every and replace(
             every,
             lowat_bytes=every.lowat_bytes * scale,
-            depth_bytes=None if every.depth_bytes is None else every.depth_bytes * scale,
+            depth_bytes=every.depth_bytes * scale,
         )
         for cell in data["cells"]:
             predicted, busy = predict(profile, cell, link, per_node, compression, chunk_bytes,
@@ -142,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=EveryNode.seeds,
                         help="random draws averaged with --every-node")  # fmt: skip
     parser.add_argument("--depth", type=lambda text: parse_bytes(text, "--depth"),
-                        help="with --every-node: the bytes a socket holds ahead of a new frame "
-                        "(default: TCP_NOTSENT_LOWAT's), times the file's byte scale")  # fmt: skip
+                        default=EveryNode.depth_bytes,
+                        help="with --every-node: the bytes a socket holds ahead of a "
+                        "new frame (EveryNode.depth_bytes, 0), times the byte scale")  # fmt: skip
     args = parser.parse_args(argv)
     every = None
     if args.every_node is not None:

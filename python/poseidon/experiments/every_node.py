@@ -66,7 +66,6 @@ from poseidon.experiments.predict import (
     host_share_s,
     link_share,
     planned_layers,
-    predict_cell,
 )
 from poseidon.experiments.profile import Profile
 from poseidon.experiments.run import DEFAULT_CHUNK_BYTES
@@ -392,24 +391,6 @@ def _one_draw(
     if unfinished:
         raise RuntimeError(f"processes {unfinished} never finished iteration {last}")
     return max((s[last] - s[every.warmup]) / every.iterations for s in starts)
-
-
-def predict_every_node(
-    profile: Profile,
-    mode: str,
-    nodes: int,
-    link: Link,
-    every: EveryNode = EveryNode(),
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    threads: int = 2,
-    layer_schemes: dict[str, str] | None = None,
-    layout: Layout = PAPER_LAYOUT,
-) -> CellPrediction:
-    """`predict_cell`'s prediction, simulated node by node where one node cannot stand for
-    all (`simulated`)."""
-    fluid = predict_cell(profile, mode, nodes, link, chunk_bytes, threads=threads,
-                         layer_schemes=layer_schemes, layout=layout)  # fmt: skip
-    return simulated(fluid, profile, link, every, chunk_bytes, threads, layout)
 
 
 def simulated(

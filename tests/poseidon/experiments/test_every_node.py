@@ -10,10 +10,10 @@ from poseidon.experiments.every_node import (
     EveryNode,
     Stream,
     max_min_rates,
-    predict_every_node,
     simulate_iteration,
+    simulated,
 )
-from poseidon.experiments.predict import Layout, Link, predict_cell
+from poseidon.experiments.predict import Compression, Layout, Link, predict_cell
 from poseidon.experiments.profile import LayerProfile, SfbTiming, SyncShape
 from tests.poseidon.experiments.test_predict import conv, make_profile, relu
 
@@ -103,16 +103,22 @@ def test_what_stays_on_a_host_crosses_no_link() -> None:
 def test_only_saturated_ps_cells_are_simulated() -> None:
     profile = symmetric_net()
     fast = Link(800e9, goodput=1.0, latency_s=0.0)
-    assert predict_every_node(profile, "wfbp", 2, fast) == predict_cell(profile, "wfbp", 2, fast)
-    assert predict_every_node(profile, "allreduce", 2, LINK) == predict_cell(
-        profile, "allreduce", 2, LINK
-    )
     busy = Link(400e6, goodput=1.0, latency_s=0.0)
-    slow = predict_every_node(profile, "wfbp", 4, busy, dataclasses.replace(EVEN, sigma=0.5))
+    uneven = dataclasses.replace(EVEN, sigma=0.5)
+    for cell, link in ((predict_cell(profile, "wfbp", 2, fast), fast),
+                       (predict_cell(profile, "allreduce", 4, busy), busy),
+                       (predict_cell(profile, "wfbp", 1, busy), busy)):  # fmt: skip
+        assert simulated(cell, profile, link, uneven) is cell
     fluid = predict_cell(profile, "wfbp", 4, busy)
     assert fluid.saturated(busy)
+    slow = simulated(fluid, profile, busy, uneven)
+    assert slow.every_node and not fluid.every_node
     assert slow.iteration_s > fluid.iteration_s
     assert slow.wait_s == pytest.approx(slow.iteration_s - slow.compute_s - slow.rebuild_s)
+    # A cell whose plan may hold lossy layers keeps its prediction.
+    lossy = predict_cell(profile, "poseidon", 4, busy)
+    assert lossy.saturated(busy) and simulated(lossy, profile, busy, uneven).every_node
+    assert simulated(lossy, profile, busy, uneven, compression=Compression("bf16")) is lossy
 
 
 def test_what_is_not_simulated_node_by_node_says_so() -> None:
