@@ -275,7 +275,7 @@ def predict_cell(
     pusher_link = link_share(link, g) if flat else link
     if mode != "allreduce":
         chosen = planned_layers(profile, mode, nodes, chunk_bytes, layer_schemes, pusher_link,
-                                 compression, layout)  # fmt: skip
+                                compression, layout)  # fmt: skip
         planned = {s.index: s for s in chosen}
     host_step = host_share_s(profile)
     backward_end, backward_s = backward_pass(layers, planned)
@@ -298,8 +298,8 @@ def predict_cell(
                                       threads, colocated=g)  # fmt: skip
             sent *= g  # the node's G workers' bytes
         waits_per_layer = mode != "ps-nooverlap"
-    now, forward_compute, rebuild = forward_pass(layers, planned, backward_s, done, waits_per_layer,
-                                             host_step)  # fmt: skip
+    now, forward_compute, rebuild = forward_pass(layers, planned, backward_s, done,
+                                                 waits_per_layer, host_step)  # fmt: skip
     compute += forward_compute
     wait = now - compute - rebuild
     chosen = dict(layer_schemes or {}) if mode == "poseidon" else {}
@@ -330,7 +330,7 @@ def backward_pass(layers: list, planned: dict[int, _SyncedLayer]) -> tuple[dict[
 
 
 def hand_over_times(planned: dict[int, _SyncedLayer], backward_end: dict[int, float],
-                  mode: str) -> dict[int, float]:  # fmt: skip
+                    mode: str) -> dict[int, float]:  # fmt: skip
     """When each synchronised layer is handed over: at its backward's end (WFBP), or after
     the whole backward (a late layer; every layer of ps-nooverlap), plus half its local stage."""
     backward_s = max(backward_end.values(), default=0.0)
@@ -341,8 +341,8 @@ def hand_over_times(planned: dict[int, _SyncedLayer], backward_end: dict[int, fl
 
 
 def forward_pass(layers: list, planned: dict[int, _SyncedLayer], backward_s: float,
-             done: dict[int, float], waits_per_layer: bool,
-             host_step: float) -> tuple[float, float, float]:  # fmt: skip
+                 done: dict[int, float], waits_per_layer: bool,
+                 host_step: float) -> tuple[float, float, float]:  # fmt: skip
     """The forward pass after the backward (times from the iteration's start), given when
     each layer's sync is in: when it ends, the compute it took and the rebuilds'. Updates: a
     synchronised layer's when its sync is in (deferred, before its forward); the rest (frozen
