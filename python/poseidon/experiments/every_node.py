@@ -25,9 +25,8 @@ hand-overs 61 ms apart). Here every process is simulated, over a few iterations:
   most urgent frame (older iteration, lower layer, earlier chunk) to a connection no other
   thread of its queue is writing to, and is free again once the frame's rest fits under
   TCP_NOTSENT_LOWAT (the kernel sends that rest while the thread writes another frame).
-  A connection takes its next frame once its socket holds at most `depth` bytes (0 by
-  default: once the last frame is sent, so every frame leaves in priority order; see
-  `Network`).
+  A connection takes its next frame once its socket holds at most `depth` bytes (64 KiB
+  by default, chosen against the emulation: see `Network`), which then leave before it.
 - Links: each host has an uplink and a downlink of the predictor's goodput; the frames in
   flight share them by weighted max-min (what TCP's flows converge to), each frame's weight
   drawn once from a lognormal of spread `sigma` with mean 1 (0 by default: even shares).
@@ -133,8 +132,11 @@ class Network:
     most `depth` bytes (at most `lowat`): with `depth` = `lowat` a thread may write a second
     frame to a peer behind the first, and a more urgent frame queued later waits behind both,
     as the socket's buffer allows; with 0 the next frame is chosen when the last one is sent.
-    Against the emulation 0 did better (docs/experiments.md §6.5: `lowat` explains why the
-    emulation's byte scale matters, but read the flat layout's cells 20% too slow). A thread
+    Against the emulation (docs/experiments.md §6.5) 64 KiB of the emulation's bytes fits
+    both VGG19-22K's 2 GbE Poseidon cell, whose time grows with the byte scale (a small
+    urgent frame waits behind more, smaller frames), and the flat layout's cells, where
+    `lowat` read 20% too slow: the kernel's send buffer, sized by the connection's window,
+    holds less than `lowat` when a hundred connections share an uplink. A thread
     takes the most urgent queued frame to a connection that no thread of its queue is
     writing to and whose socket takes a frame."""
 
@@ -261,7 +263,9 @@ class EveryNode:
 
     sigma: float = 0.0
     lowat_bytes: float = Config.notsent_lowat_bytes
-    depth_bytes: float = 0.0
+    # Chosen on two emulated cells (docs/experiments.md §6.5, "Every node simulated"):
+    # what a socket holds ahead of a frame once many connections share its uplink.
+    depth_bytes: float = 64 * 1024
     warmup: int = 2
     iterations: int = 3
     seeds: int = 2

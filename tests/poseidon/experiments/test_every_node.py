@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 
 from poseidon.experiments.every_node import (
+    WORKER,
     EveryNode,
+    Network,
     Stream,
     max_min_rates,
     simulate_iteration,
@@ -137,3 +140,20 @@ def test_local_aggregation_puts_the_leaders_on_the_links_and_the_local_stage_aro
     got = simulate_iteration(profile, "wfbp", 2, LINK, EVEN, layout=layout)
     assert got == pytest.approx(fluid, rel=1e-6)
     assert got > simulate_iteration(profile, "wfbp", 2, LINK, EVEN, layout=Layout(2, True))
+
+
+@pytest.mark.parametrize("depth,urgent_in", [(0.0, 0.6), (1e6, 0.9)])
+def test_a_frame_waits_behind_what_its_socket_already_holds(depth: float, urgent_in: float) -> None:
+    # One connection at 1 MB/s: a 0.5 MB frame, then a less urgent 0.3 MB one, both queued
+    # at 0; a 0.1 MB urgent one at 0.1 s. A socket that holds no second frame sends the
+    # urgent one next (in at 0.6 s); one that holds 1 MB took the 0.3 MB frame at once.
+    net = Network(Link(8e6, goodput=1.0, latency_s=0.0), 2, 0.0, random.Random(0), 2e6,
+                  depth=depth)  # fmt: skip
+    arrived: dict[str, float] = {}
+    for name, size, priority in (("first", 5e5, 1), ("later", 3e5, 2)):
+        net.send(0, WORKER, 1, size, (priority,), lambda t, n=name: arrived.setdefault(n, t))
+    net.at(
+        0.1, lambda: net.send(0, WORKER, 1, 1e5, (0,), lambda t: arrived.setdefault("urgent", t))
+    )
+    net.run()
+    assert arrived["urgent"] == pytest.approx(urgent_in)
