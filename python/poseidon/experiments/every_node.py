@@ -135,8 +135,9 @@ class Network:
     Against the emulation (docs/experiments.md §6.5) 64 KiB of the emulation's bytes fits
     both VGG19-22K's 2 GbE Poseidon cell, whose time grows with the byte scale (a small
     urgent frame waits behind more, smaller frames), and the flat layout's cells, where
-    `lowat` read 20% too slow: the kernel's send buffer, sized by the connection's window,
-    holds less than `lowat` when a hundred connections share an uplink. A thread
+    `lowat` read 20% too slow (our guess, not measured: the kernel sizes a socket's send
+    buffer by the connection's window, small when a hundred connections share an uplink,
+    so it holds less than `lowat`). A thread
     takes the most urgent queued frame to a connection that no thread of its queue is
     writing to and whose socket takes a frame."""
 
