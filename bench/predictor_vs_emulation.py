@@ -143,10 +143,20 @@ def main(argv: list[str] | None = None) -> int:
                         default=EveryNode.depth_bytes,
                         help="with --every-node: the bytes a socket holds ahead of a "
                         "new frame (EveryNode.depth_bytes, 0), times the byte scale")  # fmt: skip
+    parser.add_argument("--warmup", type=int, default=EveryNode.warmup,
+                        help="with --every-node: untimed iterations")  # fmt: skip
+    parser.add_argument("--iterations", type=int, default=EveryNode.iterations,
+                        help="with --every-node: timed iterations")  # fmt: skip
     args = parser.parse_args(argv)
     every = None
     if args.every_node is not None:
-        every = EveryNode(sigma=args.every_node, seeds=args.seeds, depth_bytes=args.depth)
+        every = EveryNode(
+            sigma=args.every_node,
+            seeds=args.seeds,
+            depth_bytes=args.depth,
+            warmup=args.warmup,
+            iterations=args.iterations,
+        )
     rows = compare(args.results, args.profile_dir, every)
     if not rows:
         print("no emulated cells in the given files", file=sys.stderr)

@@ -179,9 +179,13 @@ class Network:
         self.count += 1
         self.changed.add((src, queue))
 
+    def _ahead(self) -> float:
+        """The bytes a socket may hold ahead of a new frame: `depth`, at most `lowat`."""
+        return min(self.depth, self.lowat)
+
     def _takes(self, stream: Stream) -> bool:
         """Whether the stream's socket takes another frame."""
-        return stream.backlog - min(self.depth, self.lowat) <= 1e-3  # bytes
+        return stream.backlog - self._ahead() <= 1e-3  # bytes
 
     def _writing(self, stream: Stream) -> bool:
         """Whether a thread is still writing the stream's last frame into its socket."""
@@ -230,7 +234,7 @@ class Network:
                     if self._writing(stream):  # ... or until its last frame is all in
                         step = min(step, (stream.backlog - self.lowat) / rate)
                     if not self._takes(stream):  # ... or until its socket takes a frame
-                        step = min(step, (stream.backlog - min(self.depth, self.lowat)) / rate)
+                        step = min(step, (stream.backlog - self._ahead()) / rate)
             until = min(self.now + step, self.events[0][0] if self.events else math.inf)
             if until == math.inf:
                 return
@@ -320,6 +324,8 @@ def _one_draw(
     starts: list[list[float]] = [[] for _ in range(processes)]
     done: dict[tuple[int, int], dict[int, float]] = {}  # (process, iteration): layer -> time
     arrived: dict[tuple, int] = {}  # pushes of a chunk at its shard; sums or factors at a worker
+    pieces = {i: max(1, math.ceil(s.factor_bytes / chunk_bytes))  # an SFB layer's frames per peer
+              for i, s in planned.items() if s.scheme == "SFB"}  # fmt: skip
 
     def count(key: tuple) -> int:
         arrived[key] = arrived.get(key, 0) + 1
@@ -350,9 +356,8 @@ def _one_draw(
         if synced.scheme == "SFB":
             if processes == 1:
                 layer_in(w, k, i, net.now)
-            pieces = max(1, math.ceil(synced.factor_bytes / chunk_bytes))
-            size = synced.factor_bytes / pieces + FRAME_HEADER_BYTES
-            for piece in range(pieces):
+            size = synced.factor_bytes / pieces[i] + FRAME_HEADER_BYTES
+            for piece in range(pieces[i]):
                 for turn in range(1, processes):
                     dst = (w + turn) % processes
                     net.send(w, WORKER, dst, size, (k, i, piece * processes + turn),
@@ -370,8 +375,7 @@ def _one_draw(
                      lambda t, c=c: push_in(k, i, c, t))  # fmt: skip
 
     def factor_in(w: int, k: int, i: int, t: float) -> None:
-        pieces = max(1, math.ceil(planned[i].factor_bytes / chunk_bytes))
-        if count(("factor", w, k, i)) == pieces * (processes - 1):
+        if count(("factor", w, k, i)) == pieces[i] * (processes - 1):
             layer_in(w, k, i, t)
 
     def push_in(k: int, i: int, c: int, t: float) -> None:
@@ -394,7 +398,10 @@ def _one_draw(
     net.run()
     unfinished = [w for w in range(processes) if len(starts[w]) <= last]
     if unfinished:
-        raise RuntimeError(f"processes {unfinished} never finished iteration {last}")
+        raise RuntimeError(
+            f"{mode} on {processes} processes: processes {unfinished} never "
+            f"finished iteration {last} (a frame or sum the simulation lost)"
+        )
     return max((s[last] - s[every.warmup]) / every.iterations for s in starts)
 
 

@@ -74,16 +74,6 @@ def test_even_shares_give_the_predictors_sfb_iteration() -> None:
         assert got == pytest.approx(fluid, rel=1e-6)
 
 
-def test_a_layer_one_shard_owns_makes_every_node_wait_for_it() -> None:
-    # c0's lone chunk belongs to shard 0, whose uplink returns it to the three others while
-    # the predictor spreads its turn over all four links (at 1/4 of the rate each).
-    profile = make_profile([conv("c0", MIB_FLOATS, 0.001, 0.001),
-                            conv("c1", 4 * MIB_FLOATS, 0.001, 0.001)])  # fmt: skip
-    fluid = predict_cell(profile, "wfbp", 4, LINK).iteration_s
-    got = simulate_iteration(profile, "wfbp", 4, LINK, EVEN)
-    assert got >= fluid * (1 - 1e-9)
-
-
 def test_uneven_shares_make_a_busy_cell_slower_and_depend_on_the_draw() -> None:
     profile = symmetric_net()
     even = simulate_iteration(profile, "wfbp", 4, LINK, EVEN)
