@@ -19,16 +19,28 @@ IP and TCP headers and its 14-byte Ethernet header, and a link loaded both ways 
 carries the other direction's ACKs (one 66-byte ACK per two segments): TCP's goodput
 through it is 1448 / (1514 + 33) of the rate (TCP_GOODPUT_TBF; measured with iperf3 here,
 all hosts sending to all: 0.932; one flow alone, its ACKs on the idle reverse: 0.956).
+
+Note [link losses]. A queue that is full drops the packet that arrives; TCP sends it again
+after three duplicate ACKs or a timeout, and until then the receiver cannot read past the
+hole. The predictor has no model of that (docs/experiments.md §6.5): it shares the links
+as fluids. So each emulated cell records what its links lost over the whole job, warm-up
+included: the packets its hosts' queues dropped, those leaving a host apart from those
+entering one, and the segments TCP retransmitted (read from every namespace's
+/proc/net/snmp before and after the job). The two kinds of drop differ: a switch port
+that several senders feed at once (the PS's incast) drops where a real one would too,
+while a real host seldom drops its own packets (docs/experiments.md §2, "Queues").
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import subprocess
 import tempfile
+from dataclasses import dataclass
 
 # TCP payload per packet (MSS with timestamps) over the bytes tc counts for it and for its
 # share of the reverse direction's delayed ACKs (Note [token bucket]).
@@ -57,9 +69,14 @@ def check_can_emulate() -> None:
 
 
 def _run(*args: str) -> None:
+    _output(*args)
+
+
+def _output(*args: str) -> str:
     done = subprocess.run(list(args), capture_output=True, text=True)
     if done.returncode != 0:
         raise EmulationError(f"{' '.join(args)}: {done.stderr.strip() or done.returncode}")
+    return done.stdout
 
 
 def _quiet(*args: str) -> None:
@@ -102,6 +119,36 @@ def hold_prefix_lock(prefix: str, directory: str | None = None) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+@dataclass(frozen=True)
+class LinkLosses:
+    """Packets the emulated links' queues dropped, on the way out of a host (its own egress)
+    and on the way in (the bridge port towards it), and segments TCP sent again, each summed
+    over the hosts (Note [link losses])."""
+
+    dropped_out: int = 0
+    dropped_in: int = 0
+    retransmitted: int = 0
+
+    def __sub__(self, earlier: LinkLosses) -> LinkLosses:
+        return LinkLosses(self.dropped_out - earlier.dropped_out,
+                          self.dropped_in - earlier.dropped_in,
+                          self.retransmitted - earlier.retransmitted)  # fmt: skip
+
+
+def qdisc_drops(tc_stats: str) -> int:
+    """The packets dropped by the qdiscs of `tc -s qdisc show dev X` output."""
+    found = re.findall(r"\(dropped (\d+),", tc_stats)
+    return sum(int(n) for n in found)
+
+
+def tcp_retransmits(snmp: str) -> int:
+    """TCP's RetransSegs from the text of /proc/net/snmp (a header line, then values)."""
+    rows = [line.split() for line in snmp.splitlines() if line.startswith("Tcp:")]
+    if len(rows) < 2 or "RetransSegs" not in rows[0]:
+        raise EmulationError(f"no Tcp RetransSegs in /proc/net/snmp: {snmp[:200]!r}")
+    return int(rows[1][rows[0].index("RetransSegs")])
 
 
 class EmulatedHosts:
@@ -180,6 +227,20 @@ class EmulatedHosts:
             inside = ["ip", "netns", "exec", ns]
             _run(*inside, "tc", "qdisc", "replace", "dev", self.inner(i), *tbf)
             _run("tc", "qdisc", "replace", "dev", f"{self.prefix}b{i}", *tbf)
+
+    def losses(self) -> LinkLosses:
+        """What the links lost so far (Note [link losses]): drops of every host's two
+        queues and TCP's retransmissions in every host's namespace. Counters restart when
+        `set_rate` replaces a queue, so take the difference of two readings within one
+        rate."""
+        out = into = retransmitted = 0
+        for i, ns in enumerate(self.namespaces):
+            inside = ["ip", "netns", "exec", ns]
+            out += qdisc_drops(_output(*inside, "tc", "-s", "qdisc", "show", "dev",
+                                       self.inner(i)))  # fmt: skip
+            into += qdisc_drops(_output("tc", "-s", "qdisc", "show", "dev", f"{self.prefix}b{i}"))
+            retransmitted += tcp_retransmits(_output(*inside, "cat", "/proc/net/snmp"))
+        return LinkLosses(out, into, retransmitted)
 
     def teardown(self) -> None:
         """Remove every namespace, link and file of this prefix (also a crashed run's)."""

@@ -262,6 +262,9 @@ def run_experiment(request: ExperimentRequest) -> int:
         results.info["byte_scale"] = request.byte_scale
         results.info["dilation"] = request.dilation or "per node count (each cell's dilation)"
         results.info["scaling"] = describe_scaling(request.byte_scale, dilations)
+        # The dilation rule's pick depends on the cores the replay shares (Note [host load]):
+        # bench/predictor_vs_emulation.py recomputes it from this.
+        results.info["cores"] = os.cpu_count() or 1
     if request.emulate:
         results.info["queue_ms"] = request.queue_ms
     results.info["chunk_bytes"] = request.chunk_bytes
@@ -287,8 +290,18 @@ def run_experiment(request: ExperimentRequest) -> int:
                 if layout.per_node > 1:
                     label += f" of {layout.per_node} workers"
                 _progress(f"[{number}/{len(cells)}] {label} ...")
+                before = emulated.losses() if emulated is not None else None
                 cell = run_cell(job, sync, nodes, hosts, ssh, port_for(number),
                                 per_node=layout.per_node, aggregate=layout.aggregate)  # fmt: skip
+                lost = ""
+                if emulated is not None and before is not None:
+                    losses = emulated.losses() - before  # Note [link losses]
+                    cell.extra["dropped_out"] = losses.dropped_out
+                    cell.extra["dropped_in"] = losses.dropped_in
+                    cell.extra["retransmitted_segments"] = losses.retransmitted
+                    if losses.dropped_out or losses.dropped_in:
+                        lost = (f", packets dropped: {losses.dropped_out} leaving hosts, "
+                                f"{losses.dropped_in} entering")  # fmt: skip
                 cell.mode = name
                 for setting in ("POSEIDON_LAYER_SCHEMES", "POSEIDON_COMPRESSION"):
                     if setting in job.extra_env:
@@ -303,7 +316,8 @@ def run_experiment(request: ExperimentRequest) -> int:
                 speedup = f", {cell.speedup:.2f}x" if cell.speedup else ""
                 _progress(
                     f"[{number}/{len(cells)}] {label}: {cell.iteration_s:.4f} s/iteration, "
-                    f"{cell.images_per_s:.1f} images/s{speedup} ({cell.extra['job_s']:.0f} s)"
+                    f"{cell.images_per_s:.1f} images/s{speedup} ({cell.extra['job_s']:.0f} s"
+                    f"{lost})"
                 )
                 if request.emulate and request.profile is not None:
                     note = host_load_note(sync, cell.extra.get("host_load", 0.0),

@@ -70,8 +70,11 @@ def test_quick_run_and_replay_agree_with_the_prediction(tmp_path):
     data = json.loads(out.read_text())
     assert data["kind"] == "emulated" and data["bandwidth_bps"] == 300e6
     assert data["dilation"] == 2 and data["byte_scale"] == 1 and data["queue_ms"] == 50
+    assert data["cores"] == os.cpu_count()  # the dilation rule's input (Note [host load])
     cells = {(c["mode"], c["nodes"]): c for c in data["cells"]}
     assert set(cells) == {(m, p) for m in MODES for p in (1, 2)}
+    for cell in cells.values():  # Note [link losses]
+        assert min(cell["dropped_out"], cell["dropped_in"], cell["retransmitted_segments"]) >= 0
     profile = load_profile(resolve_profile("cifar10_quick.cpu", "cifar10_quick"))
     link = Link(300e6, TCP_GOODPUT_TBF)
     for mode in MODES:

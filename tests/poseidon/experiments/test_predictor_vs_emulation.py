@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import pathlib
 import sys
 
@@ -44,8 +45,35 @@ def test_every_node_simulates_the_saturated_cells_only(bench, capsys) -> None:  
 
 
 def test_order_flips_name_the_pairs(bench) -> None:  # type: ignore[no-untyped-def]
-    row = ("m", 1e9, 50.0)
-    rows = [(*row, "wfbp", 4, 1.00, 1.10, 0.9, 0.1, "f.json"),
-            (*row, "poseidon", 4, 1.05, 1.00, 0.9, -0.05, "f.json"),
-            (*row, "allreduce", 4, 1.20, 1.30, 0.9, 0.08, "f.json")]  # fmt: skip
+    def row(mode: str, emulated: float, predicted: float):  # type: ignore[no-untyped-def]
+        error = predicted / emulated - 1
+        return bench.Row("m", 1e9, 50.0, mode, 4, emulated, predicted, 0.9, error, None, None,
+                         "f.json")  # fmt: skip
+
+    rows = [row("wfbp", 1.00, 1.10), row("poseidon", 1.05, 1.00), row("allreduce", 1.20, 1.30)]
     assert bench.order_flips(rows) == [("f.json P=4", "wfbp", "poseidon", pytest.approx(0.05))]
+
+
+def test_cells_run_below_the_dilation_rule_are_printed_but_not_counted(  # type: ignore[no-untyped-def]
+    bench, tmp_path, capsys
+) -> None:
+    data = json.loads(RESULTS.read_text())
+    # Run at the rule's pick for 2 cores (4, 4, 8 at P = 1, 2, 4); on one core the rule
+    # picks 4, 8, 32 (twice the load per core).
+    assert [c["dilation"] for c in data["cells"]] == [4, 4, 4, 4, 8, 8]
+    short = [c for c in data["cells"] if c["nodes"] > 1]
+    data["cores"] = 1
+    squeezed = tmp_path / "one_core.emulated.json"
+    squeezed.write_text(json.dumps(data))
+    args = ["--profile-dir", str(ROOT / "bench" / "nets")]
+    assert bench.main([*args, str(RESULTS)]) == 0
+    assert "below the dilation" not in capsys.readouterr().out
+    assert bench.main([*args, str(squeezed)]) == 0
+    out = capsys.readouterr().out
+    marked = [x for x in out.splitlines() if "ran below the dilation rule's" in x]
+    assert len(marked) == len(short)
+    assert f"{len(short)} cells ran below the dilation the rule picks" in out
+    counted = len(data["cells"]) - len(short)
+    assert f"{counted} cells with 50 ms queues" in out
+    assert bench.main([*args, "--all-cells", str(squeezed)]) == 0
+    assert f"{len(data['cells'])} cells with 50 ms queues" in capsys.readouterr().out
