@@ -7,7 +7,8 @@ the constants, each cell's measured and fitted CPU with the load the rule expect
 and, for every emulated sweep in docs/results, the dilation each node count ran at, the
 one the rule picks now and the one it would pick with the fitted constants.
 
-    python3 bench/host_load_fit.py [--cores 2]      (the cores of the machine that ran them)
+    python3 bench/host_load_fit.py [--cores N]      (default: each file's `cores`, those of
+                                                     the machine that ran it)
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def sweeps() -> Iterator[tuple[str, dict, Profile]]:
         yield path.name, data, load_profile(source)
 
 
-def rows(cores: int) -> tuple[list[str], np.ndarray, np.ndarray, list[tuple[float, float]]]:
+def rows(
+    cores: int | None,
+) -> tuple[list[str], np.ndarray, np.ndarray, list[tuple[float, float]]]:
     """Per Poseidon cell: its label, what the fit counts, its measured CPU per worker and
     iteration, and its measured and expected (by the rule as it is) host load."""
     labels, features, cpu, loads = [], [], [], []
@@ -53,6 +56,7 @@ def rows(cores: int) -> tuple[list[str], np.ndarray, np.ndarray, list[tuple[floa
         if "titanx" not in data["profile"]:
             continue
         g = data.get("workers_per_node", 1)
+        ran_on = cores or data["cores"]
         mb = profile.model_bytes / data["byte_scale"] / 1e6
         for cell in data["cells"]:
             if cell["mode"] not in ("poseidon", "poseidon-flat") or "host_load" not in cell:
@@ -63,11 +67,11 @@ def rows(cores: int) -> tuple[list[str], np.ndarray, np.ndarray, list[tuple[floa
             labels.append(f"{name} {cell['mode']} {cell['nodes']}x{g} d={cell['dilation']:g}")
             features.append([len(profile.layers), mb, local * profile.synced_layers, wall,
                              local * wall])  # fmt: skip
-            cpu.append(cell["host_load"] * wall * cores / workers)
+            cpu.append(cell["host_load"] * wall * ran_on / workers)
             per_node = g if cell["mode"] == "poseidon" else 1
             nodes = cell["nodes"] * g // per_node
             rule = run.expected_host_load(profile, nodes, per_node, data["byte_scale"],
-                                          cell["dilation"], cores)  # fmt: skip
+                                          cell["dilation"], ran_on)  # fmt: skip
             loads.append((cell["host_load"], rule))
     return labels, np.array(features), np.array(cpu), loads
 
@@ -85,16 +89,16 @@ def constants(values: list[float]) -> Iterator[None]:
             setattr(run, name, value)
 
 
-def picks(data: dict, profile: Profile, cores: int) -> dict[int, float]:
+def picks(data: dict, profile: Profile, cores: int | None) -> dict[int, float]:
     g = data.get("workers_per_node", 1)
     return {p: run.choose_dilation(p, data["bandwidth_bps"], data["byte_scale"], profile, g,
-                                   cores)
+                                   cores or data["cores"])
             for p in sorted({cell["nodes"] for cell in data["cells"]})}  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--cores", type=int, help="instead of each results file's `cores`")
     args = parser.parse_args()
     labels, a, y, loads = rows(args.cores)
     x, _ = nnls(a, y)
