@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue-ms", type=float, default=None,
                    help="--emulate: each link's queue, in milliseconds at the link's emulated "
                    f"rate (default {DEFAULT_QUEUE_MS:g}; docs/experiments.md §2)")  # fmt: skip
+    p.add_argument("--gso", choices=("on", "off"), default=None,
+                   help="--emulate: 'off' makes TCP send single packets through the links, "
+                   "not 64 KiB super-packets (default on; docs/experiments.md §2)")  # fmt: skip
     p.add_argument("--threads", type=int, default=1,
                    help="real compute: torch threads per worker (default 1)")  # fmt: skip
     p.add_argument(

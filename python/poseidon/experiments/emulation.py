@@ -20,6 +20,17 @@ carries the other direction's ACKs (one 66-byte ACK per two segments): TCP's goo
 through it is 1448 / (1514 + 33) of the rate (TCP_GOODPUT_TBF; measured with iperf3 here,
 all hosts sending to all: 0.932; one flow alone, its ACKs on the idle reverse: 0.956).
 
+Note [packets, not GSO bursts]. With generic segmentation offload on (the kernel's way, and
+the default here), a connection writes super-packets of up to 64 KiB that the token bucket
+passes, and a full queue drops, whole: at a dilated, byte-scaled link's wall-clock rate one
+such burst is tens of milliseconds, and one drop loses some forty segments at once (a real
+NIC sends its 64 KiB in tens of microseconds and a switch drops single packets).
+`gso=False` (`poseidon experiment --gso off`) gives each veth gso_max_segs 1, so TCP hands
+it packets of one segment, as a switch sees them. Measured with the same cells both ways
+(docs/experiments.md §6.5, "Packets, not GSO bursts"): VGG19-22K's Poseidon on 8 nodes at
+2 GbE read 1.166 s with GSO and 0.987 s without (0.956 s predicted). It stays on by
+default until the stored sweeps have been run again without it.
+
 Note [link losses]. A queue that is full drops the packet that arrives; TCP sends it again
 after three duplicate ACKs or a timeout, and until then the receiver cannot read past the
 hole. The predictor has no model of that (docs/experiments.md §6.5): it shares the links
@@ -161,6 +172,7 @@ class EmulatedHosts:
         prefix: str = "pos",
         subnet: str = "10.77.0",
         queue_ms: float = DEFAULT_QUEUE_MS,
+        gso: bool = True,
     ) -> None:
         if not 1 <= count <= 250:
             raise ValueError(f"{count} emulated hosts (want 1..250)")
@@ -168,6 +180,7 @@ class EmulatedHosts:
         self.rate_bps = rate_bps
         self.prefix = prefix
         self.queue_ms = queue_ms
+        self.gso = gso  # Note [packets, not GSO bursts]
         self.addresses = [f"{subnet}.{i + 1}" for i in range(count)]
         self.namespaces = [f"{prefix}h{i}" for i in range(count)]
         self.bridge = f"{prefix}br0"
@@ -203,6 +216,9 @@ class EmulatedHosts:
         _run("ip", "netns", "add", ns)
         _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
         _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+        if not self.gso:  # Note [packets, not GSO bursts]
+            for end in (inner, outer):
+                _run("ip", "link", "set", end, "gso_max_segs", "1")
         _run("ip", "link", "set", inner, "netns", ns)
         _run("ip", "link", "set", outer, "master", self.bridge)
         _run("ip", "link", "set", outer, "up")

@@ -71,6 +71,7 @@ class ExperimentRequest:
     compression: Compression = EXACT
     workers_per_node: int = 1
     queue_ms: float = DEFAULT_QUEUE_MS  # --emulate: each link's tc queue (emulation.py)
+    gso: bool = True  # --emulate: super-packets on the links (emulation.py, Note [packets...])
     chunk_bytes: int = DEFAULT_CHUNK_BYTES  # the real cluster's PS chunk (÷ byte scale replayed)
 
     def scaling_for(self, nodes: int) -> Scaling:
@@ -158,6 +159,9 @@ class ExperimentRequest:
             if not 0 < args.queue_ms < math.inf:
                 raise ValueError(f"--queue-ms {args.queue_ms:g} (want a number of ms > 0)")
             queue_ms = args.queue_ms
+        gso = args.gso
+        if gso is not None and not args.emulate:
+            raise ValueError("--gso sets the emulated links' packets: it needs --emulate")
         chunk_bytes = DEFAULT_CHUNK_BYTES
         if args.chunk_bytes is not None:
             chunk_bytes = check_chunk_bytes(args.chunk_bytes)
@@ -180,7 +184,7 @@ class ExperimentRequest:
             dilation=args.dilation, device=args.device,
             threads=args.threads, timeline=args.timeline, output=args.output, plot=args.plot,
             compression=compression, workers_per_node=per_node, queue_ms=queue_ms,
-            chunk_bytes=chunk_bytes,
+            gso=gso != "off", chunk_bytes=chunk_bytes,
         )  # fmt: skip
 
 
@@ -267,6 +271,7 @@ def run_experiment(request: ExperimentRequest) -> int:
         results.info["cores"] = os.cpu_count() or 1
     if request.emulate:
         results.info["queue_ms"] = request.queue_ms
+        results.info["gso"] = "on" if request.gso else "off"  # files without it: on
     results.info["chunk_bytes"] = request.chunk_bytes
     cells = [(mode, layout, p) for p in request.nodes for mode in request.modes
              for layout in request.layouts(mode)]  # fmt: skip
@@ -433,7 +438,7 @@ def _hosts_context(request: ExperimentRequest):  # type: ignore[no-untyped-def]
         return contextlib.nullcontext(None)
     from poseidon.experiments.emulation import EmulatedHosts
 
-    return EmulatedHosts(max(request.nodes), None, queue_ms=request.queue_ms)
+    return EmulatedHosts(max(request.nodes), None, queue_ms=request.queue_ms, gso=request.gso)
 
 
 def _progress(line: str) -> None:

@@ -70,6 +70,7 @@ def test_quick_run_and_replay_agree_with_the_prediction(tmp_path):
     data = json.loads(out.read_text())
     assert data["kind"] == "emulated" and data["bandwidth_bps"] == 300e6
     assert data["dilation"] == 2 and data["byte_scale"] == 1 and data["queue_ms"] == 50
+    assert data["gso"] == "on"  # Note [packets, not GSO bursts]
     assert data["cores"] == os.cpu_count()  # the dilation rule's input (Note [host load])
     cells = {(c["mode"], c["nodes"]): c for c in data["cells"]}
     assert set(cells) == {(m, p) for m in MODES for p in (1, 2)}

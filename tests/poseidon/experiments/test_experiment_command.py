@@ -119,6 +119,9 @@ def test_where_to_run(capsys, tmp_path):
     line = refused(capsys, "experiment", "--model", "cifar10_quick", "--hostfile", str(hosts),
                    "--nodes", "1", "--queue-ms", "100")  # fmt: skip
     assert "--queue-ms sizes the emulated links' queues: it needs --emulate" in line
+    line = refused(capsys, "experiment", "--model", "cifar10_quick", "--hostfile", str(hosts),
+                   "--nodes", "1", "--gso", "on")  # fmt: skip
+    assert "--gso sets the emulated links' packets: it needs --emulate" in line
 
 
 def test_a_host_file_with_too_few_hosts(capsys, tmp_path):

@@ -1,6 +1,7 @@
 """What the emulated links lost (emulation.py, Note [link losses]): the parsers on the
 kernel's own text, and, as root, two hosts sending into a third's link at once, which
-overflows its queue."""
+overflows its queue; with GSO off the links carry single packets (Note [packets, not GSO
+bursts])."""
 
 from __future__ import annotations
 
@@ -101,3 +102,20 @@ def test_two_senders_into_one_link_overflow_its_queue() -> None:
         lost = hosts.losses() - quiet
     # The receiver's port drops (two senders at full rate into one link); its retransmits.
     assert lost.dropped_in > 0 and lost.retransmitted > 0, lost
+
+
+def gso_max_segs(hosts: EmulatedHosts, host: int) -> int:
+    show = [*hosts.exec_prefix(host), "ip", "-d", "link", "show", hosts.inner(host)]
+    shown = subprocess.run(show, capture_output=True, text=True, check=True)
+    return int(shown.stdout.split("gso_max_segs ")[1].split()[0])
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
+    reason="emulation needs root and iproute2",
+)
+def test_links_carry_single_packets_when_gso_is_off() -> None:
+    with EmulatedHosts(2, 20e6, prefix="pgs", subnet="10.80.0", gso=False) as hosts:
+        assert [gso_max_segs(hosts, i) for i in (0, 1)] == [1, 1]
+    with EmulatedHosts(2, 20e6, prefix="pgs", subnet="10.80.0") as hosts:
+        assert gso_max_segs(hosts, 0) > 1
