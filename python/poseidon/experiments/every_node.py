@@ -135,9 +135,12 @@ class Network:
     Against the emulation (docs/experiments.md §6.5) 64 KiB of the emulation's bytes fits
     both VGG19-22K's 2 GbE Poseidon cell, whose time grows with the byte scale (a small
     urgent frame waits behind more, smaller frames), and the flat layout's cells, where
-    `lowat` read 20% too slow (our guess, not measured: the kernel sizes a socket's send
-    buffer by the connection's window, small when a hundred connections share an uplink,
-    so it holds less than `lowat`). A thread
+    `lowat` read 20% too slow. 64 KiB is also one GSO super-packet, which the emulated
+    links pass and drop whole (emulation.py, Note [packets, not GSO bursts]); emulated
+    with single packets, VGG19-22K's 2 GbE cell fits `depth` 0 (+4.7%) and not 64 KiB
+    (+17%), so the 64 KiB is likely that grain rather than a socket's
+    (docs/experiments.md §6.5, "Packets, not GSO bursts"); it stays while the stored
+    emulations have it. A thread
     takes the most urgent queued frame to a connection that no thread of its queue is
     writing to and whose socket takes a frame."""
 
