@@ -109,16 +109,18 @@ def compare(paths: list[str], profile_dirs: list[str] | None = None,
             depth_bytes=every.depth_bytes * scale,
         )
         cores = int(data.get("cores") or os.cpu_count() or 1)  # older files: this machine's
+        per_job = int(data.get("iterations", 1)) + int(data.get("warmup", 0))
         for cell in data["cells"]:
             predicted, busy = predict(profile, cell, link, per_node, compression, chunk_bytes,
                                       scaled)  # fmt: skip
             rule = choose_dilation(cell["nodes"], data["bandwidth_bps"], scale, profile,
                                    per_node, cores)  # fmt: skip
-            ran = cell.get("dilation", rule)  # real runs (no replay) have none
-            # Over the job, warm-up included (emulation.py's Note [link losses]; files since
-            # 2026-12-06 have them).
-            dropped = (cell["dropped_out"], cell["dropped_in"]) if "dropped_in" in cell else None
-            per_job = int(data.get("iterations", 1)) + int(data.get("warmup", 0))
+            ran = cell.get("dilation", rule)  # cells written before it was recorded: the rule's
+            # Drops over the job, warm-up included (emulation.py, Note [link losses]); files
+            # written before 2026-12-06 have none.
+            drops = None
+            if "dropped_in" in cell:
+                drops = (cell["dropped_out"] / per_job, cell["dropped_in"] / per_job)
             rows.append(
                 Row(
                     data["model"],
@@ -131,7 +133,7 @@ def compare(paths: list[str], profile_dirs: list[str] | None = None,
                     busy,
                     predicted / cell["iteration_s"] - 1,
                     rule if ran < rule else None,
-                    None if dropped is None else (dropped[0] / per_job, dropped[1] / per_job),
+                    drops,
                     path,
                 )
             )

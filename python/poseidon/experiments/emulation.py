@@ -38,8 +38,9 @@ as fluids. So each emulated cell records what its links lost over the whole job,
 included: the packets its hosts' queues dropped, those leaving a host apart from those
 entering one, and the segments TCP retransmitted (read from every namespace's
 /proc/net/snmp before and after the job). The two kinds of drop differ: a switch port
-that several senders feed at once (the PS's incast) drops where a real one would too,
-while a real host seldom drops its own packets (docs/experiments.md §2, "Queues").
+that several senders feed at once (the PS's incast) drops where a real one would too
+(though with GSO on it drops whole super-packets: Note [packets, not GSO bursts]), while a
+real host seldom drops its own packets (docs/experiments.md §2, "Queues").
 """
 
 from __future__ import annotations
@@ -138,9 +139,9 @@ class LinkLosses:
     and on the way in (the bridge port towards it), and segments TCP sent again, each summed
     over the hosts (Note [link losses])."""
 
-    dropped_out: int = 0
-    dropped_in: int = 0
-    retransmitted: int = 0
+    dropped_out: int
+    dropped_in: int
+    retransmitted: int
 
     def __sub__(self, earlier: LinkLosses) -> LinkLosses:
         return LinkLosses(self.dropped_out - earlier.dropped_out,
@@ -246,14 +247,12 @@ class EmulatedHosts:
 
     def losses(self) -> LinkLosses:
         """What the links lost so far (Note [link losses]): drops of every host's two
-        queues and TCP's retransmissions in every host's namespace. Counters restart when
-        `set_rate` replaces a queue, so take the difference of two readings within one
-        rate."""
+        queues and TCP's retransmissions in every host's namespace. `set_rate` may restart
+        the queues' counters, so take the difference of two readings within one rate."""
         out = into = retransmitted = 0
-        for i, ns in enumerate(self.namespaces):
-            inside = ["ip", "netns", "exec", ns]
-            out += qdisc_drops(_output(*inside, "tc", "-s", "qdisc", "show", "dev",
-                                       self.inner(i)))  # fmt: skip
+        for i in range(self.count):
+            inside = self.exec_prefix(i)
+            out += qdisc_drops(_output(*inside, "tc", "-s", "qdisc", "show", "dev", self.inner(i)))
             into += qdisc_drops(_output("tc", "-s", "qdisc", "show", "dev", f"{self.prefix}b{i}"))
             retransmitted += tcp_retransmits(_output(*inside, "cat", "/proc/net/snmp"))
         return LinkLosses(out, into, retransmitted)

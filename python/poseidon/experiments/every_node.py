@@ -271,8 +271,9 @@ class EveryNode:
 
     sigma: float = 0.0
     lowat_bytes: float = Config.notsent_lowat_bytes
-    # Chosen on two emulated cells (docs/experiments.md §6.5, "Every node simulated"):
-    # what a socket holds ahead of a frame once many connections share its uplink.
+    # Chosen on two emulated cells (docs/experiments.md §6.5, "Every node simulated"), all
+    # run with GSO on: likely the emulation's 64 KiB super-packet rather than a socket's
+    # depth (`Network`), so it goes to 0 once the sweeps are re-run with `--gso off`.
     depth_bytes: float = 64 * 1024
     warmup: int = 2
     iterations: int = 3

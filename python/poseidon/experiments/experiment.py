@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 
 from poseidon.config import SYNC_MODES
-from poseidon.experiments.emulation import DEFAULT_QUEUE_MS, EmulationError
+from poseidon.experiments.emulation import DEFAULT_QUEUE_MS, EmulationError, LinkLosses
 from poseidon.experiments.predict import EXACT, PAPER_LAYOUT, Compression, Layout
-from poseidon.experiments.report import Results, write_outputs
+from poseidon.experiments.report import Cell, Results, write_outputs
 from poseidon.experiments.run import (
     DEFAULT_CHUNK_BYTES,
     CellJob,
@@ -299,14 +299,8 @@ def run_experiment(request: ExperimentRequest) -> int:
                 cell = run_cell(job, sync, nodes, hosts, ssh, port_for(number),
                                 per_node=layout.per_node, aggregate=layout.aggregate)  # fmt: skip
                 lost = ""
-                if emulated is not None and before is not None:
-                    losses = emulated.losses() - before  # Note [link losses]
-                    cell.extra["dropped_out"] = losses.dropped_out
-                    cell.extra["dropped_in"] = losses.dropped_in
-                    cell.extra["retransmitted_segments"] = losses.retransmitted
-                    if losses.dropped_out or losses.dropped_in:
-                        lost = (f", packets dropped: {losses.dropped_out} leaving hosts, "
-                                f"{losses.dropped_in} entering")  # fmt: skip
+                if before is not None:
+                    lost = _record_losses(cell, emulated.losses() - before)
                 cell.mode = name
                 for setting in ("POSEIDON_LAYER_SCHEMES", "POSEIDON_COMPRESSION"):
                     if setting in job.extra_env:
@@ -439,6 +433,17 @@ def _hosts_context(request: ExperimentRequest):  # type: ignore[no-untyped-def]
     from poseidon.experiments.emulation import EmulatedHosts
 
     return EmulatedHosts(max(request.nodes), None, queue_ms=request.queue_ms, gso=request.gso)
+
+
+def _record_losses(cell: Cell, losses: LinkLosses) -> str:
+    """Put what the cell's links lost into its JSON (Note [link losses]); the words for its
+    progress line ("" when nothing was dropped)."""
+    cell.extra["dropped_out"] = losses.dropped_out
+    cell.extra["dropped_in"] = losses.dropped_in
+    cell.extra["retransmitted_segments"] = losses.retransmitted
+    if not (losses.dropped_out or losses.dropped_in):
+        return ""
+    return f", packets dropped: {losses.dropped_out} leaving hosts, {losses.dropped_in} entering"
 
 
 def _progress(line: str) -> None:

@@ -77,3 +77,15 @@ def test_cells_run_below_the_dilation_rule_are_printed_but_not_counted(  # type:
     assert f"{counted} cells with 50 ms queues" in out
     assert bench.main([*args, "--all-cells", str(squeezed)]) == 0
     assert f"{len(data['cells'])} cells with 50 ms queues" in capsys.readouterr().out
+
+
+def test_a_cells_drops_are_printed_per_iteration(bench, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    data = json.loads(RESULTS.read_text())
+    assert (data["iterations"], data["warmup"]) == (20, 3)
+    data["cells"][-1].update(dropped_out=46, dropped_in=230, retransmitted_segments=300)
+    counted = tmp_path / "drops.emulated.json"
+    counted.write_text(json.dumps(data))
+    assert bench.main(["--profile-dir", str(ROOT / "bench" / "nets"), str(counted)]) == 0
+    noted = [x for x in capsys.readouterr().out.splitlines() if "packets dropped" in x]
+    # 46 and 230 over 23 iterations; the cells without the fields say nothing.
+    assert len(noted) == 1 and "2 leaving hosts, 10 entering" in noted[0]
