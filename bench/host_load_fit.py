@@ -92,7 +92,7 @@ def constants(values: list[float]) -> Iterator[None]:
 def picks(data: dict, profile: Profile, cores: int | None) -> dict[int, float]:
     g = data.get("workers_per_node", 1)
     return {p: run.choose_dilation(p, data["bandwidth_bps"], data["byte_scale"], profile, g,
-                                   cores or data["cores"])
+                                   cores or data["cores"], data.get("gso", "on") != "off")
             for p in sorted({cell["nodes"] for cell in data["cells"]})}  # fmt: skip
 
 

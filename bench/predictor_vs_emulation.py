@@ -87,7 +87,10 @@ def find_profile(name: str, model: str, profile_dirs: list[str]):  # type: ignor
 
 
 def compare(paths: list[str], profile_dirs: list[str] | None = None,
-            every: EveryNode | None = None) -> list[Row]:  # fmt: skip
+            every: EveryNode | None = None, depth_given: bool = False) -> list[Row]:  # fmt: skip
+    """Every emulated cell of the files beside its prediction (with `every`, the saturated
+    PS cells simulated node by node; its depth_bytes, unless `depth_given`, only for files
+    whose links carried GSO super-packets)."""
     rows = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
@@ -101,20 +104,23 @@ def compare(paths: list[str], profile_dirs: list[str] | None = None,
         compression = Compression(kind, int(rank or 4))
         queue_ms = float(data.get("queue_ms", DEFAULT_QUEUE_MS))  # older files: the default
         chunk_bytes = int(data.get("chunk_bytes", DEFAULT_CHUNK_BYTES))  # likewise
-        # The emulation scales frames down by its byte scale, not the sockets' low-water mark.
+        cores = int(data.get("cores") or os.cpu_count() or 1)  # older files: this machine's
+        gso = data.get("gso", "on") != "off"  # older files: on
+        # The emulation shrinks frames and the sockets' low-water mark alike by its byte scale
+        # (run.py: CellJob.environment), so the simulation keeps the real cluster's. What a
+        # socket holds ahead of a new frame is the links' grain, in the emulation's bytes: a
+        # GSO super-packet, or without GSO one packet, next to nothing (EveryNode.depth_bytes).
         scale = data.get("byte_scale", 1)
         scaled = every and replace(
             every,
-            lowat_bytes=every.lowat_bytes * scale,
-            depth_bytes=every.depth_bytes * scale,
+            depth_bytes=(every.depth_bytes if gso or depth_given else 0.0) * scale,
         )
-        cores = int(data.get("cores") or os.cpu_count() or 1)  # older files: this machine's
         per_job = int(data.get("iterations", 1)) + int(data.get("warmup", 0))
         for cell in data["cells"]:
             predicted, busy = predict(profile, cell, link, per_node, compression, chunk_bytes,
                                       scaled)  # fmt: skip
             rule = choose_dilation(cell["nodes"], data["bandwidth_bps"], scale, profile,
-                                   per_node, cores)  # fmt: skip
+                                   per_node, cores, gso)  # fmt: skip
             ran = cell.get("dilation", rule)  # cells written before it was recorded: the rule's
             # Drops over the job, warm-up included (emulation.py, Note [link losses]); files
             # written before 2026-12-06 have none.
@@ -172,9 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=EveryNode.seeds,
                         help="random draws averaged with --every-node")  # fmt: skip
     parser.add_argument("--depth", type=lambda text: parse_bytes(text, "--depth"),
-                        default=EveryNode.depth_bytes,
-                        help="with --every-node: the bytes a socket holds ahead of a "
-                        "new frame (EveryNode.depth_bytes, 0), times the byte scale")  # fmt: skip
+                        default=None,
+                        help="with --every-node: the bytes a socket holds ahead of a new "
+                        "frame, times the byte scale (default: EveryNode.depth_bytes for "
+                        "files run with GSO on, 0 for those with --gso off)")  # fmt: skip
     parser.add_argument("--warmup", type=int, default=EveryNode.warmup,
                         help="with --every-node: untimed iterations")  # fmt: skip
     parser.add_argument("--iterations", type=int, default=EveryNode.iterations,
@@ -187,11 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         every = EveryNode(
             sigma=args.every_node,
             seeds=args.seeds,
-            depth_bytes=args.depth,
+            depth_bytes=EveryNode.depth_bytes if args.depth is None else args.depth,
             warmup=args.warmup,
             iterations=args.iterations,
         )
-    rows = compare(args.results, args.profile_dir, every)
+    rows = compare(args.results, args.profile_dir, every, args.depth is not None)
     if not rows:
         print("no emulated cells in the given files", file=sys.stderr)
         return 1

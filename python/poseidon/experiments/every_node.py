@@ -132,17 +132,15 @@ class Network:
     most `depth` bytes (at most `lowat`): with `depth` = `lowat` a thread may write a second
     frame to a peer behind the first, and a more urgent frame queued later waits behind both,
     as the socket's buffer allows; with 0 the next frame is chosen when the last one is sent.
-    Against the emulation (docs/experiments.md §6.5) 64 KiB of the emulation's bytes fits
-    both VGG19-22K's 2 GbE Poseidon cell, whose time grows with the byte scale (a small
-    urgent frame waits behind more, smaller frames), and the flat layout's cells, where
-    `lowat` read 20% too slow. 64 KiB is also one GSO super-packet, which the emulated
-    links pass and drop whole (emulation.py, Note [packets, not GSO bursts]); emulated
-    with single packets, VGG19-22K's 2 GbE cell fits `depth` 0 (+4.7%) and not 64 KiB
-    (+17%), so the 64 KiB is likely that grain rather than a socket's
-    (docs/experiments.md §6.5, "Packets, not GSO bursts"); it stays while the stored
-    emulations have it. A thread
-    takes the most urgent queued frame to a connection that no thread of its queue is
-    writing to and whose socket takes a frame."""
+    A thread takes the most urgent queued frame to a connection that no thread of its queue
+    is writing to and whose socket takes a frame.
+
+    Against the emulation (docs/experiments.md §6.5): emulated with single packets
+    (`--gso off`), VGG19-22K's 2 GbE Poseidon cell reads 0.9871 s and simulates to 0.9870 s
+    with `depth` 0 and the emulation's low-water mark; emulated with GSO's 64 KiB
+    super-packets, which the links pass and drop whole (emulation.py, Note [packets, not
+    GSO bursts]), a `depth` of one super-packet fitted it, so `depth` stands for the links'
+    grain, not for a socket's."""
 
     link: Link
     threads: int
@@ -272,8 +270,9 @@ class EveryNode:
     sigma: float = 0.0
     lowat_bytes: float = Config.notsent_lowat_bytes
     # Chosen on two emulated cells (docs/experiments.md §6.5, "Every node simulated"), all
-    # run with GSO on: likely the emulation's 64 KiB super-packet rather than a socket's
-    # depth (`Network`), so it goes to 0 once the sweeps are re-run with `--gso off`.
+    # run with GSO on: the emulation's 64 KiB super-packet rather than a socket's depth
+    # (`Network`). bench/predictor_vs_emulation.py takes 0 for cells run with `--gso off`,
+    # whose links carry single packets.
     depth_bytes: float = 64 * 1024
     warmup: int = 2
     iterations: int = 3

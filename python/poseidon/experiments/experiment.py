@@ -80,8 +80,9 @@ class ExperimentRequest:
         if self.profile is None or not self.emulate:
             return Scaling(1.0, 1)
         dilation = self.dilation or choose_dilation(
-            nodes, self.bandwidth_bps, self.byte_scale, self.profile, self.workers_per_node
-        )
+            nodes, self.bandwidth_bps, self.byte_scale, self.profile, self.workers_per_node,
+            gso=self.gso,
+        )  # fmt: skip
         return Scaling(dilation, self.byte_scale)
 
     def layouts(self, mode: str) -> list[Layout]:
@@ -143,9 +144,12 @@ class ExperimentRequest:
             raise ValueError(f"--workers-per-node {per_node} (want >= 1)")
         if per_node > 1 and "poseidon-tuned" in modes:
             raise ValueError("mode poseidon-tuned plans the paper's layout: one worker per node")
+        if args.gso is not None and not args.emulate:
+            raise ValueError("--gso sets the emulated links' packets: it needs --emulate")
+        gso = args.gso != "off"
         byte_scale = 1
         if profile is not None and args.emulate:
-            byte_scale = choose_byte_scale(profile, max(nodes), bandwidth, per_node)
+            byte_scale = choose_byte_scale(profile, max(nodes), bandwidth, per_node, gso)
         if args.dilation is not None and args.dilation <= 0:
             raise ValueError(f"--dilation {args.dilation} (want > 0)")
         if args.byte_scale is not None:
@@ -159,9 +163,6 @@ class ExperimentRequest:
             if not 0 < args.queue_ms < math.inf:
                 raise ValueError(f"--queue-ms {args.queue_ms:g} (want a number of ms > 0)")
             queue_ms = args.queue_ms
-        gso = args.gso
-        if gso is not None and not args.emulate:
-            raise ValueError("--gso sets the emulated links' packets: it needs --emulate")
         chunk_bytes = DEFAULT_CHUNK_BYTES
         if args.chunk_bytes is not None:
             chunk_bytes = check_chunk_bytes(args.chunk_bytes)
@@ -184,7 +185,7 @@ class ExperimentRequest:
             dilation=args.dilation, device=args.device,
             threads=args.threads, timeline=args.timeline, output=args.output, plot=args.plot,
             compression=compression, workers_per_node=per_node, queue_ms=queue_ms,
-            gso=gso != "off", chunk_bytes=chunk_bytes,
+            gso=gso, chunk_bytes=chunk_bytes,
         )  # fmt: skip
 
 
@@ -362,7 +363,7 @@ def _prepare_cell(request: ExperimentRequest, mode: str, nodes: int,
                   layout: Layout = PAPER_LAYOUT) -> tuple[CellJob, str]:  # fmt: skip
     """The cell's job and the sync mode its workers run: poseidon-tuned is Poseidon with the
     predictor's per-layer schemes for this node count and link (tune.py)."""
-    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET, Link, predict_cell
+    from poseidon.experiments.predict import Link, predict_cell
     from poseidon.experiments.tune import format_layer_schemes, tune_layer_schemes
 
     job = _cell_job(request, request.scaling_for(nodes))
@@ -371,10 +372,7 @@ def _prepare_cell(request: ExperimentRequest, mode: str, nodes: int,
         trace = f"{layout.label(mode)}-P{nodes}.{{rank}}.json"
         job.extra_env["POSEIDON_TIMELINE"] = os.path.join(os.path.abspath(request.timeline), trace)
     if request.profile is not None and request.bandwidth_bps:
-        from poseidon.experiments.emulation import TCP_GOODPUT_TBF
-
-        link = Link(request.bandwidth_bps,
-                    TCP_GOODPUT_TBF if request.emulate else TCP_GOODPUT_ETHERNET)  # fmt: skip
+        link = Link(request.bandwidth_bps, _goodput(request))
         if mode == "poseidon-tuned":
             guess, schemes = tune_layer_schemes(request.profile, nodes, link,
                                                 request.chunk_bytes)  # fmt: skip
@@ -394,13 +392,11 @@ def _compression_env(request: ExperimentRequest) -> dict[str, str]:
     and what the coordinator plans by time with — the link's TCP goodput each way and,
     replayed, the profile's GEMM rate, as the predictor's plan has them (the replay's layers
     declare the profile's times: replay.py; real compute measures its own)."""
-    from poseidon.experiments.emulation import TCP_GOODPUT_TBF
-    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET
     from poseidon.experiments.profile_layout import gemm_rate
 
     c = request.compression
     assert request.bandwidth_bps is not None  # _compression() asks for it
-    goodput = TCP_GOODPUT_TBF if request.emulate else TCP_GOODPUT_ETHERNET
+    goodput = _goodput(request)
     env = {
         "POSEIDON_COMPRESSION": c.kind,
         "POSEIDON_POWERSGD_RANK": str(c.powersgd_rank),
@@ -409,6 +405,14 @@ def _compression_env(request: ExperimentRequest) -> dict[str, str]:
     if request.profile is not None:
         env["POSEIDON_GEMM_RATE"] = repr(gemm_rate(request.profile, c.powersgd_rank))
     return env
+
+
+def _goodput(request: ExperimentRequest) -> float:
+    """TCP's payload share of the cells' links: the emulated token buckets' or Ethernet's."""
+    from poseidon.experiments.emulation import TCP_GOODPUT_TBF
+    from poseidon.experiments.predict import TCP_GOODPUT_ETHERNET
+
+    return TCP_GOODPUT_TBF if request.emulate else TCP_GOODPUT_ETHERNET
 
 
 def _cell_job(request: ExperimentRequest, scaling: Scaling) -> CellJob:

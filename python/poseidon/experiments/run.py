@@ -35,6 +35,18 @@ for every sweep). The loads the rule acts on (0.1 and above) it reproduces withi
 quarter (tests/poseidon/experiments/test_dilation.py). It takes the profile's compute time
 as the iteration, so where the links, not the compute, set the pace it overestimates the
 load, and errs towards more dilation.
+
+Note [link CPU]. The links themselves cost this machine CPU per packet: the sender's TCP,
+the veth, the token buckets, the bridge and the receiver's TCP (bench/link_cpu.py: four
+hosts sending to all others, the machine's busy time over the bytes delivered). As TCP's
+64 KiB super-packets (GSO on, the default: emulation.py, Note [packets, not GSO bursts])
+a byte cost 4.5-11.6 ns here, less the faster the links (TCP builds bigger super-packets);
+as single packets (`--gso off`) 20-27 ns at every rate. EMULATION_BUDGET_BYTES_PER_S was
+found with super-packets on links of 40-80 Mbit/s (wall clock), where a byte cost 4.5-7.6
+ns; single packets take 3-5 times that, so without GSO the rule allows a quarter of the
+bytes per second (SINGLE_PACKET_CPU_FACTOR): VGG19-22K's WFBP on 8 nodes of 10 GbE ran at
+d = 4 without GSO on 0.80 of the cores (0.16 with GSO) and woke 0.108 s late per
+iteration; the rule now picks d = 16 for it.
 """
 
 from __future__ import annotations
@@ -54,6 +66,10 @@ RESULT_MARK = "RESULT "
 # summed over all nodes' uplinks, and still read the prediction within 1%: 16 VGG19-22K
 # nodes on 10 GbE read 4.7% slow at 156 MB/s (d = 4), 0.8% at 78 MB/s (d = 8).
 EMULATION_BUDGET_BYTES_PER_S = 80e6
+# What a byte through the links costs this machine's CPU as single packets (`--gso off`)
+# over what it costs as TCP's 64 KiB super-packets, for which the budget above was found:
+# 3-5 (Note [link CPU]).
+SINGLE_PACKET_CPU_FACTOR = 4.0
 # Scaled model size per worker, so that 16 workers' parameters, gradients and solver
 # history fit in a few GB.
 SCALED_MODEL_BYTES = 32 << 20
@@ -105,7 +121,7 @@ def describe_scaling(byte_scale: int, dilations: dict[int, float]) -> str:
 
 
 def choose_byte_scale(profile: Profile, max_nodes: int, bandwidth_bps: float,
-                      per_node: int = 1) -> int:  # fmt: skip
+                      per_node: int = 1, gso: bool = True) -> int:  # fmt: skip
     """The smallest power of two that brings a worker's model to SCALED_MODEL_BYTES, raised
     (up to PREFERRED_BYTE_SCALE) while the largest cell would still need dilation: shrinking
     bytes costs no time, dilating does."""
@@ -114,7 +130,7 @@ def choose_byte_scale(profile: Profile, max_nodes: int, bandwidth_bps: float,
     while model_bytes / scale > SCALED_MODEL_BYTES:
         scale *= 2
     while (scale < PREFERRED_BYTE_SCALE
-           and choose_dilation(max_nodes, bandwidth_bps, scale, None, per_node)
+           and choose_dilation(max_nodes, bandwidth_bps, scale, None, per_node, gso=gso)
            > MIN_DILATION):  # fmt: skip
         scale *= 2
     return scale
@@ -122,17 +138,19 @@ def choose_byte_scale(profile: Profile, max_nodes: int, bandwidth_bps: float,
 
 def choose_dilation(
     nodes: int, bandwidth_bps: float, byte_scale: int, profile: Profile | None = None,
-    per_node: int = 1, cores: int | None = None,
+    per_node: int = 1, cores: int | None = None, gso: bool = True,
 ) -> float:  # fmt: skip
     """The smallest power of two, at least MIN_DILATION, that keeps the nodes' links, at
-    full rate, within EMULATION_BUDGET_BYTES_PER_S in all, and (given the profile) the
-    workers' host load (`per_node` on each node; expected_host_load) within HOST_CPU_SHARE
-    of `cores` (default: this machine's)."""
+    full rate, within EMULATION_BUDGET_BYTES_PER_S in all (a SINGLE_PACKET_CPU_FACTOR-th of
+    it without GSO: Note [link CPU]), and (given the profile) the workers' host load
+    (`per_node` on each node; expected_host_load) within HOST_CPU_SHARE of `cores`
+    (default: this machine's)."""
     traffic = nodes * bandwidth_bps / 8 / byte_scale if nodes > 1 else 0.0
     cores = cores or os.cpu_count() or 1
+    budget = EMULATION_BUDGET_BYTES_PER_S / (1.0 if gso else SINGLE_PACKET_CPU_FACTOR)
 
     def too_busy(d: float) -> bool:
-        if traffic / d > EMULATION_BUDGET_BYTES_PER_S:
+        if traffic / d > budget:
             return True
         if profile is None:
             return False

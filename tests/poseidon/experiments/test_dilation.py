@@ -27,6 +27,28 @@ def test_bytes_alone_set_the_dilation_of_a_net_of_few_layers(two_cores):
     assert run.choose_dilation(2, 10e9, 32, vgg) == run.MIN_DILATION
 
 
+def test_single_packets_cost_the_links_four_times_the_cpu(two_cores):
+    """Without GSO every byte through the links costs 3-5 times its CPU with super-packets
+    (run.py, Note [link CPU]): VGG19-22K's 8 nodes of 10 GbE, which ran at d = 4 on 0.80 of
+    the cores without GSO, need d = 16; links below a quarter of the budget keep theirs."""
+    vgg = shipped("vgg19_22k")
+    assert run.choose_dilation(8, 10e9, 32, vgg) == run.MIN_DILATION
+    assert run.choose_dilation(8, 10e9, 32, vgg, gso=False) == 16
+    traffic = 8 * 10e9 / 8 / 32  # bytes per wall second at d = 1
+    assert traffic / 8 > run.EMULATION_BUDGET_BYTES_PER_S / run.SINGLE_PACKET_CPU_FACTOR
+    assert traffic / 16 <= run.EMULATION_BUDGET_BYTES_PER_S / run.SINGLE_PACKET_CPU_FACTOR
+    assert run.choose_dilation(2, 200e6, 1, gso=False) == run.choose_dilation(2, 200e6, 1)
+
+
+def test_the_byte_scale_grows_before_the_dilation_without_gso(two_cores):
+    """Shrinking bytes costs no time, dilating does: the links' higher CPU per byte without
+    GSO is met first by a higher byte scale (up to PREFERRED_BYTE_SCALE)."""
+    inception = shipped("inception_v3")  # 95 MB: 4 brings it under SCALED_MODEL_BYTES
+    assert run.choose_byte_scale(inception, 4, 1e9) == 4
+    assert run.choose_byte_scale(inception, 4, 1e9, gso=False) == 8
+    assert run.choose_byte_scale(inception, 8, 10e9, gso=False) == run.PREFERRED_BYTE_SCALE
+
+
 def test_many_short_layers_raise_the_dilation_with_the_nodes(two_cores):
     inception = shipped("inception_v3")  # 420 layers, 0.38 s
     dilations = [run.choose_dilation(p, 10e9, 32, inception) for p in (1, 2, 4, 8, 16)]

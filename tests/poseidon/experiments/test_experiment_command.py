@@ -3,6 +3,7 @@ exit status 2, nothing started."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -308,3 +309,29 @@ def test_a_cells_chunk_is_the_real_clusters_divided_by_the_byte_scale(monkeypatc
     request, small = job("--chunk-bytes", "262144")
     assert request.chunk_bytes == 262144 and predicted_with == [262144]
     assert small.environment()["POSEIDON_CHUNK_BYTES"] == str(262144 // 32)
+
+
+def test_single_packets_get_the_dilation_their_cpu_needs(monkeypatch):
+    """`--gso off` costs the links four times the CPU per byte (run.py, Note [link CPU]):
+    the rule that picks the byte scale and the dilation counts it."""
+    import argparse
+
+    from poseidon.commands.experiment import add_arguments
+    from poseidon.experiments import emulation, run
+    from poseidon.experiments.experiment import ExperimentRequest
+
+    monkeypatch.setattr(emulation, "check_can_emulate", lambda: None)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def scaling(*extra: str) -> tuple[int, float]:
+        args = parser.parse_args(experiment("--nodes", "1,8", "--byte-scale", "32", *extra)[1:])
+        request = ExperimentRequest.from_args(args)
+        return request.byte_scale, request.scaling_for(8).dilation
+
+    on, off = scaling(), scaling("--gso", "off")
+    traffic = 8 * 10e9 / 8 / 32  # the 8 links' bytes per wall second at d = 1
+    assert on[1] == max(run.MIN_DILATION, 2 ** math.ceil(math.log2(
+        traffic / run.EMULATION_BUDGET_BYTES_PER_S)))  # fmt: skip
+    assert off[1] == 4 * on[1]
+    assert scaling("--gso", "on") == on

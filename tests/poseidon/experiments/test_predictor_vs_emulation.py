@@ -89,3 +89,21 @@ def test_a_cells_drops_are_printed_per_iteration(bench, tmp_path, capsys) -> Non
     noted = [x for x in capsys.readouterr().out.splitlines() if "packets dropped" in x]
     # 46 and 230 over 23 iterations; the cells without the fields say nothing.
     assert len(noted) == 1 and "2 leaving hosts, 10 entering" in noted[0]
+
+
+def test_the_depth_ahead_of_a_frame_is_a_gso_super_packet(bench, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The simulated sockets hold EveryNode.depth_bytes (times the byte scale) ahead of a new
+    frame only where the links carried GSO super-packets; without GSO, nothing, unless
+    --depth says otherwise."""
+    depths = []
+    monkeypatch.setattr(bench, "simulated", lambda p, *a, **k: depths.append(a[2].depth_bytes) or p)
+    data = json.loads(RESULTS.read_text())
+    assert "gso" not in data  # written before the setting: GSO on
+    single = tmp_path / "single_packets.emulated.json"
+    single.write_text(json.dumps({**data, "gso": "off"}))
+    args = ["--profile-dir", str(ROOT / "bench" / "nets"), "--every-node", "0"]
+    for path, depth, expected in ((RESULTS, [], 64 << 10), (single, [], 0.0),
+                                  (single, ["--depth", "8KiB"], 8 << 10)):  # fmt: skip
+        depths.clear()
+        assert bench.main([*args, *depth, str(path)]) == 0
+        assert depths and set(depths) == {expected * data["byte_scale"]}
