@@ -6,7 +6,7 @@ with TCP's 64 KiB super-packets (GSO on, the emulation's default) and with singl
 (`--gso off`), side by side. The emulation's dilation rule counts this cost
 (python/poseidon/experiments/run.py, Note [link CPU]). Needs root and iperf3.
 
-    sudo python3 bench/link_cpu.py [--hosts 4] [--rate 80mbit] [--seconds 8]
+    .venv/bin/python bench/link_cpu.py [--hosts 4] [--rate 80mbit] [--seconds 8]   (as root)
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ def measure(hosts: int, rate_bps: float, seconds: float, gso: bool) -> dict:
                                      f"{seconds:g}"], stdout=subprocess.PIPE)
                    for n, (i, j) in enumerate(pairs)]  # fmt: skip
         reports = [json.loads(client.communicate(timeout=seconds + 30)[0]) for client in clients]
+        for (i, j), report in zip(pairs, reports):
+            if "error" in report:
+                sys.exit(f"link_cpu: iperf3 from host {i} to host {j}: {report['error']}")
         busy_s, wall_s = busy_cpu_s() - busy_from, time.monotonic() - wall_from
         for server in servers:
             server.wait(timeout=30)
