@@ -87,10 +87,11 @@ def find_profile(name: str, model: str, profile_dirs: list[str]):  # type: ignor
 
 
 def compare(paths: list[str], profile_dirs: list[str] | None = None,
-            every: EveryNode | None = None, depth_given: bool = False) -> list[Row]:  # fmt: skip
+            every: EveryNode | None = None, depth_bytes: float | None = None,
+            ) -> list[Row]:  # fmt: skip
     """Every emulated cell of the files beside its prediction (with `every`, the saturated
-    PS cells simulated node by node; its depth_bytes, unless `depth_given`, only for files
-    whose links carried GSO super-packets)."""
+    PS cells simulated node by node, sockets holding `depth_bytes` ahead of a new frame;
+    None: EveryNode.depth_bytes for files whose links carried GSO super-packets, else 0)."""
     rows = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
@@ -111,10 +112,10 @@ def compare(paths: list[str], profile_dirs: list[str] | None = None,
         # socket holds ahead of a new frame is the links' grain, in the emulation's bytes: a
         # GSO super-packet, or without GSO one packet, next to nothing (EveryNode.depth_bytes).
         scale = data.get("byte_scale", 1)
-        scaled = every and replace(
-            every,
-            depth_bytes=(every.depth_bytes if gso or depth_given else 0.0) * scale,
-        )
+        depth = EveryNode.depth_bytes if gso else 0.0
+        if depth_bytes is not None:
+            depth = depth_bytes
+        scaled = every and replace(every, depth_bytes=depth * scale)
         per_job = int(data.get("iterations", 1)) + int(data.get("warmup", 0))
         for cell in data["cells"]:
             predicted, busy = predict(profile, cell, link, per_node, compression, chunk_bytes,
@@ -194,11 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         every = EveryNode(
             sigma=args.every_node,
             seeds=args.seeds,
-            depth_bytes=EveryNode.depth_bytes if args.depth is None else args.depth,
             warmup=args.warmup,
             iterations=args.iterations,
         )
-    rows = compare(args.results, args.profile_dir, every, args.depth is not None)
+    rows = compare(args.results, args.profile_dir, every, args.depth)
     if not rows:
         print("no emulated cells in the given files", file=sys.stderr)
         return 1
