@@ -38,19 +38,26 @@ def measure(hosts: int, rate_bps: float, seconds: float, gso: bool) -> dict:
         servers = [subprocess.Popen([*emulated.exec_prefix(j), "iperf3", "-s", "-1", "-p",
                                      str(5201 + n)], stdout=subprocess.DEVNULL)
                    for n, (_, j) in enumerate(pairs)]  # fmt: skip
-        time.sleep(0.5)  # the servers listen
-        busy_from, wall_from = busy_cpu_s(), time.monotonic()
-        clients = [subprocess.Popen([*emulated.exec_prefix(i), "iperf3", "-J", "-c",
-                                     emulated.addresses[j], "-p", str(5201 + n), "-t",
-                                     f"{seconds:g}"], stdout=subprocess.PIPE)
-                   for n, (i, j) in enumerate(pairs)]  # fmt: skip
-        reports = [json.loads(client.communicate(timeout=seconds + 30)[0]) for client in clients]
-        for (i, j), report in zip(pairs, reports):
-            if "error" in report:
-                sys.exit(f"link_cpu: iperf3 from host {i} to host {j}: {report['error']}")
-        busy_s, wall_s = busy_cpu_s() - busy_from, time.monotonic() - wall_from
-        for server in servers:
-            server.wait(timeout=30)
+        clients: list[subprocess.Popen] = []
+        try:
+            time.sleep(0.5)  # the servers listen
+            busy_from, wall_from = busy_cpu_s(), time.monotonic()
+            clients = [subprocess.Popen([*emulated.exec_prefix(i), "iperf3", "-J", "-c",
+                                         emulated.addresses[j], "-p", str(5201 + n), "-t",
+                                         f"{seconds:g}"], stdout=subprocess.PIPE)
+                       for n, (i, j) in enumerate(pairs)]  # fmt: skip
+            reports = [json.loads(c.communicate(timeout=seconds + 30)[0]) for c in clients]
+            for (i, j), report in zip(pairs, reports):
+                if "error" in report:
+                    sys.exit(f"link_cpu: iperf3 from host {i} to host {j}: {report['error']}")
+            busy_s, wall_s = busy_cpu_s() - busy_from, time.monotonic() - wall_from
+            for server in servers:
+                server.wait(timeout=30)
+        finally:  # on a failure too: nothing of ours outlives the namespaces
+            for process in (*clients, *servers):
+                if process.poll() is None:
+                    process.kill()
+                process.wait()
     received_bytes = sum(r["end"]["sum_received"]["bytes"] for r in reports)
     received_bps = sum(r["end"]["sum_received"]["bits_per_second"] for r in reports)
     return {
