@@ -51,6 +51,7 @@ class Row(NamedTuple):
     below_rule: float | None  # the rule's dilation where the cell ran at less, else None
     drops: tuple[float, float] | None  # packets dropped leaving, entering hosts per iteration
     path: str
+    runs_s: tuple[float, ...] = ()  # every run's time, for a cell run more than once (--repeat)
 
 
 def predict(profile, cell: dict, link: Link, per_node: int = 1,  # type: ignore[no-untyped-def]
@@ -142,6 +143,7 @@ def compare(paths: list[str], profile_dirs: list[str] | None = None,
                     rule if ran < rule else None,
                     drops,
                     path,
+                    tuple(cell.get("runs_s", ())),
                 )
             )
     return rows
@@ -214,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         if row.drops and any(row.drops):
             notes.append(f"packets dropped per iteration: {row.drops[0]:.0f} leaving hosts, "
                          f"{row.drops[1]:.0f} entering")  # fmt: skip
+        if row.runs_s:
+            notes.append(f"median of {len(row.runs_s)} runs, {min(row.runs_s):.4f}–"
+                         f"{max(row.runs_s):.4f} s")  # fmt: skip
         if args.markdown:
             print(
                 f"| {row.model} | {link} | {row.queue_ms:g} ms | {row.mode} | {row.nodes} | "

@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ssh", help="ssh command for --hostfile (default: ssh -o BatchMode=yes)")
     p.add_argument("--iterations", type=int, default=5, help="timed iterations per cell")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations first")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run each cell N times; the JSON keeps the run of median time and "
+                   "lists every run's (runs_s)")  # fmt: skip
     p.add_argument("--batch", type=int, help="batch per node (default: the profile's)")
     p.add_argument("--dilation", type=float, help="time dilation (default: chosen, see docs)")
     p.add_argument("--byte-scale", type=int, help="byte scale, a power of two (default: chosen)")

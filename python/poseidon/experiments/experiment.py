@@ -73,6 +73,7 @@ class ExperimentRequest:
     queue_ms: float = DEFAULT_QUEUE_MS  # --emulate: each link's tc queue (emulation.py)
     gso: bool = True  # --emulate: super-packets on the links (emulation.py, Note [packets...])
     chunk_bytes: int = DEFAULT_CHUNK_BYTES  # the real cluster's PS chunk (÷ byte scale replayed)
+    repeat: int = 1  # runs of each cell; the JSON keeps the median one (median_run)
 
     def scaling_for(self, nodes: int) -> Scaling:
         """The replay's dilation and byte scale for a cell (Note [dilation and byte scale]
@@ -102,8 +103,8 @@ class ExperimentRequest:
         modes = parse_list(args.modes, MODES, "mode")
         iterations = 2 if args.quick else args.iterations
         warmup = 1 if args.quick else args.warmup
-        if iterations < 1 or warmup < 0 or args.threads < 1:
-            raise ValueError("--iterations and --threads must be >= 1, --warmup >= 0")
+        if iterations < 1 or warmup < 0 or args.threads < 1 or args.repeat < 1:
+            raise ValueError("--iterations, --repeat and --threads must be >= 1, --warmup >= 0")
         bandwidth = parse_bandwidth(args.bandwidth) if args.bandwidth else None
         label, prototxt = resolve_model(args.model)
         if not args.emulate and not args.hostfile:
@@ -185,7 +186,7 @@ class ExperimentRequest:
             dilation=args.dilation, device=args.device,
             threads=args.threads, timeline=args.timeline, output=args.output, plot=args.plot,
             compression=compression, workers_per_node=per_node, queue_ms=queue_ms,
-            gso=gso, chunk_bytes=chunk_bytes,
+            gso=gso, chunk_bytes=chunk_bytes, repeat=args.repeat,
         )  # fmt: skip
 
 
@@ -259,6 +260,8 @@ def run_experiment(request: ExperimentRequest) -> int:
         "command": "poseidon " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
     }
+    if request.repeat > 1:
+        results.info["repeat"] = request.repeat
     if request.compression.kind != "none":
         c = request.compression
         results.info["compression"] = f"{c.kind}:{c.powersgd_rank}"
@@ -296,12 +299,16 @@ def run_experiment(request: ExperimentRequest) -> int:
                 if layout.per_node > 1:
                     label += f" of {layout.per_node} workers"
                 _progress(f"[{number}/{len(cells)}] {label} ...")
-                before = emulated.losses() if emulated is not None else None
-                cell = run_cell(job, sync, nodes, hosts, ssh, port_for(number),
-                                per_node=layout.per_node, aggregate=layout.aggregate)  # fmt: skip
-                lost = ""
-                if before is not None:
-                    lost = _record_losses(cell, emulated.losses() - before)
+                runs = []
+                for run in range(request.repeat):  # each run its own port
+                    before = emulated.losses() if emulated is not None else None
+                    port = port_for(number * request.repeat + run)
+                    result = run_cell(job, sync, nodes, hosts, ssh, port, per_node=layout.per_node,
+                                      aggregate=layout.aggregate)  # fmt: skip
+                    lost_now = emulated.losses() - before if before is not None else None
+                    runs.append((result, lost_now))
+                cell, losses = median_run(runs)
+                lost = _record_losses(cell, losses) if losses is not None else ""
                 cell.mode = name
                 for setting in ("POSEIDON_LAYER_SCHEMES", "POSEIDON_COMPRESSION"):
                     if setting in job.extra_env:
@@ -339,6 +346,17 @@ def run_experiment(request: ExperimentRequest) -> int:
         return 1
     _finish(results, request)
     return 0
+
+
+def median_run(runs: list[tuple[Cell, LinkLosses | None]]) -> tuple[Cell, LinkLosses | None]:
+    """Of a cell's runs (each with what its links lost), the one of median iteration time
+    (the faster of the middle two for an even count), with every run's time in `runs_s`
+    when there were several: the spread a single run of the cell would have hidden."""
+    ordered = sorted(runs, key=lambda run: run[0].iteration_s)
+    cell, losses = ordered[(len(ordered) - 1) // 2]
+    if len(runs) > 1:
+        cell.extra["runs_s"] = [run.iteration_s for run, _ in runs]
+    return cell, losses
 
 
 def _finish(results: Results, request: ExperimentRequest) -> None:

@@ -49,7 +49,8 @@ def experiment(*extra: str) -> list[str]:
             "--batch 7, but profile cifar10_quick.cpu.json was measured at batch 100",
         ),
         (["--byte-scale", "3"], "--byte-scale 3 (want a power of two"),
-        (["--iterations", "0"], "--iterations and --threads must be >= 1"),
+        (["--iterations", "0"], "--iterations, --repeat and --threads must be >= 1"),
+        (["--repeat", "0"], "--iterations, --repeat and --threads must be >= 1"),
         (["--compression", "zip"], "--compression='zip': want one of none, bf16, powersgd"),
         (["--compression", "auto", "--powersgd-rank", "0"], "--powersgd-rank='0': want an"),
         (["--queue-ms", "0"], "--queue-ms 0 (want a number of ms > 0)"),
@@ -335,3 +336,40 @@ def test_single_packets_get_the_dilation_their_cpu_needs(monkeypatch):
         traffic / run.EMULATION_BUDGET_BYTES_PER_S)))  # fmt: skip
     assert off[1] == 4 * on[1]
     assert scaling("--gso", "on") == on
+
+
+def test_a_repeated_cell_keeps_its_median_run_and_lists_every_run(monkeypatch, tmp_path):
+    """`--repeat 3`: each cell runs three times, each run on a port of its own; the JSON's
+    cell is the run of median time, with every run's time in `runs_s`."""
+    import argparse
+    import json
+
+    from poseidon.commands.experiment import add_arguments
+    from poseidon.experiments import experiment as experiment_module
+    from poseidon.experiments.report import Cell
+
+    times = iter([0.30, 0.10, 0.20, 0.50, 0.70, 0.60])  # two cells, three runs each
+    ports = []
+
+    def fake_run_cell(job, sync, nodes, hosts, ssh, port, **kw):  # type: ignore[no-untyped-def]
+        ports.append(port)
+        seconds = next(times)
+        return Cell(sync, nodes, seconds, extra={"job_s": 1.0, "marker": seconds})
+
+    monkeypatch.setattr(experiment_module, "run_cell", fake_run_cell)
+    hosts = tmp_path / "hosts"
+    hosts.write_text("node1\nnode2\n")
+    out = tmp_path / "r.json"
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--model", "cifar10_quick", "--hostfile", str(hosts),
+                              "--nodes", "1,2", "--modes", "wfbp", "--repeat", "3",
+                              "-o", str(out)])  # fmt: skip
+    request = experiment_module.ExperimentRequest.from_args(args)
+    assert experiment_module.run_experiment(request) == 0
+    data = json.loads(out.read_text())
+    assert data["repeat"] == 3
+    one, two = data["cells"]
+    assert (one["iteration_s"], one["marker"], one["runs_s"]) == (0.20, 0.20, [0.30, 0.10, 0.20])
+    assert (two["iteration_s"], two["marker"], two["runs_s"]) == (0.60, 0.60, [0.50, 0.70, 0.60])
+    assert len(set(ports)) == 6

@@ -107,3 +107,13 @@ def test_the_depth_ahead_of_a_frame_is_a_gso_super_packet(bench, tmp_path, monke
         depths.clear()
         assert bench.main([*args, *depth, str(path)]) == 0
         assert depths and set(depths) == {expected * data["byte_scale"]}
+
+
+def test_a_repeated_cell_prints_its_runs_spread(bench, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    data = json.loads(RESULTS.read_text())
+    data["cells"][-1].update(runs_s=[0.0700, 0.0653, 0.0661])
+    repeated = tmp_path / "repeated.emulated.json"
+    repeated.write_text(json.dumps(data))
+    assert bench.main(["--profile-dir", str(ROOT / "bench" / "nets"), str(repeated)]) == 0
+    noted = [x for x in capsys.readouterr().out.splitlines() if "runs" in x]
+    assert len(noted) == 1 and "median of 3 runs, 0.0653–0.0700 s" in noted[0]
