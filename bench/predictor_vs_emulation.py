@@ -92,7 +92,7 @@ def compare(paths: list[str], profile_dirs: list[str] | None = None,
             ) -> list[Row]:  # fmt: skip
     """Every emulated cell of the files beside its prediction (with `every`, the saturated
     PS cells simulated node by node, sockets holding `depth_bytes` ahead of a new frame;
-    None: EveryNode.depth_bytes for files whose links carried GSO super-packets, else 0)."""
+    None: `every`'s for files whose links carried GSO super-packets, else 0)."""
     rows = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
@@ -113,10 +113,10 @@ def compare(paths: list[str], profile_dirs: list[str] | None = None,
         # socket holds ahead of a new frame is the links' grain, in the emulation's bytes: a
         # GSO super-packet, or without GSO one packet, next to nothing (EveryNode.depth_bytes).
         scale = data.get("byte_scale", 1)
-        depth = EveryNode.depth_bytes if gso else 0.0
-        if depth_bytes is not None:
-            depth = depth_bytes
-        scaled = every and replace(every, depth_bytes=depth * scale)
+        scaled = None
+        if every is not None:
+            depth = depth_bytes if depth_bytes is not None else every.depth_bytes if gso else 0.0
+            scaled = replace(every, depth_bytes=depth * scale)
         per_job = int(data.get("iterations", 1)) + int(data.get("warmup", 0))
         for cell in data["cells"]:
             predicted, busy = predict(profile, cell, link, per_node, compression, chunk_bytes,
