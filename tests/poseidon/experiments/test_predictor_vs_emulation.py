@@ -107,6 +107,11 @@ def test_the_depth_ahead_of_a_frame_is_a_gso_super_packet(bench, tmp_path, monke
         depths.clear()
         assert bench.main([*args, *depth, str(path)]) == 0
         assert depths and set(depths) == {expected * data["byte_scale"]}
+    # A caller's own EveryNode keeps its depth on GSO files (compare() with no --depth).
+    depths.clear()
+    every = bench.EveryNode(depth_bytes=16 << 10)
+    assert bench.compare([str(RESULTS)], [str(ROOT / "bench" / "nets")], every)
+    assert depths and set(depths) == {(16 << 10) * data["byte_scale"]}
 
 
 def test_a_repeated_cell_prints_its_runs_spread(bench, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
