@@ -149,6 +149,9 @@ class Network:
     lowat: float
     host_of: Callable[[int], int] = lambda process: process
     depth: float = 0.0  # bytes a socket holds ahead of a new frame (at most `lowat`)
+    # Called with (from, to, the streams with bytes to send) for every stretch of time in
+    # which they and their rates stay as they are: what bench/socket_queues.py compares.
+    observe: Callable[[float, float, list[Stream]], None] | None = None
     now: float = 0.0
     # (sender, queue) -> connection -> its frames by priority
     queued: dict[tuple[int, int], dict[tuple, list]] = field(default_factory=dict)
@@ -239,6 +242,8 @@ class Network:
             until = min(self.now + step, self.events[0][0] if self.events else math.inf)
             if until == math.inf:
                 return
+            if self.observe is not None and until > self.now:
+                self.observe(self.now, until, active)
             elapsed, self.now = until - self.now, until
             arrival = self.now + self.link.latency_s
             for stream, rate in zip(active, rates):
@@ -289,6 +294,7 @@ def simulate_iteration(
     threads: int = 2,
     layer_schemes: dict[str, str] | None = None,
     layout: Layout = PAPER_LAYOUT,
+    observe: Callable[[float, float, list[Stream]], None] | None = None,
 ) -> float:
     """The iteration of a PS mode with every node simulated (Note [every node]): one worker
     per node, or several per node flat (each a process with its own queues, behind its host's
@@ -306,15 +312,15 @@ def simulate_iteration(
         if synced.scheme == "PowerSGD":  # POSEIDON_LAYER_SCHEMES may ask for it by name
             raise ValueError(f"layer {profile.layers[synced.index].name!r}: PowerSGD's two "
                              "rounds are not simulated node by node")  # fmt: skip
-    times = [
-        _one_draw(profile, planned, mode, nodes * g, g, link, every, threads, chunk_bytes, seed)
-        for seed in range(every.seeds)
-    ]
+    times = []
+    for seed in range(every.seeds):
+        times.append(_one_draw(profile, planned, mode, nodes * g, g, link, every, threads,
+                               chunk_bytes, seed, observe))  # fmt: skip
     return sum(times) / len(times)
 
 
 def _one_draw(
-    profile, planned, mode, processes, per_host, link, every, threads, chunk_bytes, seed
+    profile, planned, mode, processes, per_host, link, every, threads, chunk_bytes, seed, observe
 ) -> float:  # type: ignore[no-untyped-def]
     layers = profile.layers
     backward_end, backward_s = backward_pass(layers, planned)
@@ -322,7 +328,8 @@ def _one_draw(
     host_step = host_share_s(profile)
     waits_per_layer = mode != "ps-nooverlap"
     net = Network(link, threads, every.sigma, random.Random(seed), every.lowat_bytes,
-                  lambda process: process // per_host, depth=every.depth_bytes)  # fmt: skip
+                  lambda process: process // per_host, depth=every.depth_bytes,
+                  observe=observe)  # fmt: skip
     last = every.warmup + every.iterations
     starts: list[list[float]] = [[] for _ in range(processes)]
     done: dict[tuple[int, int], dict[int, float]] = {}  # (process, iteration): layer -> time

@@ -147,3 +147,16 @@ def test_a_frame_waits_behind_what_its_socket_already_holds(depth: float, urgent
     )
     net.run()
     assert arrived["urgent"] == pytest.approx(urgent_in)
+
+
+def test_the_observer_sees_every_busy_stretch_and_the_streams_in_it() -> None:
+    # Two 0.5 MB frames from host 0 at 1 MB/s, to hosts 1 and 2: both share the uplink for
+    # 1 s. A third, to host 1, queued behind the first on its connection at 0, goes alone
+    # from 1 s to 1.2 s.
+    net = Network(Link(8e6, goodput=1.0, latency_s=0.0), 2, 0.0, random.Random(0), 0.0)
+    seen: list[tuple[float, float, int]] = []
+    net.observe = lambda start, end, streams: seen.append((start, end, len(streams)))
+    for dst, size, priority in ((1, 5e5, 1), (2, 5e5, 1), (1, 2e5, 2)):
+        net.send(0, WORKER, dst, size, (priority,), lambda t: None)
+    net.run()
+    assert [(round(a, 6), round(b, 6), n) for a, b, n in seen] == [(0, 1, 2), (1, 1.2, 1)]
