@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "bench" / "link_use.py"
+from tests.poseidon.experiments.bench_scripts import load_bench_script
 
 
 @pytest.fixture(scope="module")
 def link_use():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("link_use", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("link_use")
 
 
 TBF = """qdisc tbf 83f6: root refcnt 3 rate 15625Kbit burst 64Kb lat 16.4ms

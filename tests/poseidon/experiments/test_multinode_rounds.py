@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import random
-import sys
 
 import pytest
 
 from poseidon.experiments.every_node import Network
 from poseidon.experiments.predict import Link, ps_round_s, tensor_chunks
+from tests.poseidon.experiments.bench_scripts import load_bench_script
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "bench" / "multinode_rounds.py"
 B = 1e6  # bytes/s each way
 LINK = Link(8 * B, goodput=1.0, latency_s=0.0)
 
 
 @pytest.fixture(scope="module")
 def sim():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("multinode_rounds", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["multinode_rounds"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("multinode_rounds")
 
 
 def rounds(sim, nodes, megabytes, chunk, sigma, lowat, count=3, tensors=1):  # type: ignore[no-untyped-def]

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
-import sys
 
 import pytest
+
+from tests.poseidon.experiments.bench_scripts import load_bench_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "docs" / "results" / "unseen_a.200mbit.emulated.json"
@@ -16,12 +16,7 @@ RESULTS = ROOT / "docs" / "results" / "unseen_a.200mbit.emulated.json"
 
 @pytest.fixture(scope="module")
 def bench():  # type: ignore[no-untyped-def]
-    script = ROOT / "bench" / "predictor_vs_emulation.py"
-    spec = importlib.util.spec_from_file_location("predictor_vs_emulation", script)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["predictor_vs_emulation"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("predictor_vs_emulation")
 
 
 def wfbp_at_4(output: str) -> float:

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "bench" / "socket_queues.py"
+from tests.poseidon.experiments.bench_scripts import load_bench_script
 
 
 @pytest.fixture(scope="module")
 def socket_queues():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("socket_queues", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("socket_queues")
 
 
 # Host 10.77.0.1 (0100... in the kernel's byte order): a listener, a connection to
