@@ -19,7 +19,10 @@ Needs root (it reads other namespaces' processes).
 With `--simulate RESULTS --mode M --nodes P` it prints the same shares for that emulated
 cell as the every-node simulation runs it (python/poseidon/experiments/every_node.py,
 `--threads` sender threads per queue), weighted by time, its sockets' unsent bytes standing
-for `tx_queue` (the simulation has no bytes in flight). No root needed:
+for `tx_queue` (the simulation has no bytes in flight). Compare the connections sending:
+"above the low-water mark" differs in kind between the two, a simulated socket counting the
+whole rest of the frame its thread still writes, a real one holding at most about the mark
+unsent (the thread waits outside it). No root needed:
 
     .venv/bin/python bench/socket_queues.py --simulate \\
         docs/results/packets/unseen_a.200mbit.s1.emulated.json --mode wfbp --nodes 4
@@ -97,23 +100,19 @@ def summarize(samples: list[tuple[float, int, list]], lowat: int) -> dict[int, d
             continue
         sending.setdefault(host, Counter())[len(busy)] += 1
         writing.setdefault(host, Counter())[sum(1 for row in busy if row[2] > lowat)] += 1
-    out = {}
-    for host in sorted(sending):
-        total = sum(sending[host].values())
-        out[host] = {
-            "samples": total,
-            "sending": {n: c / total for n, c in sorted(sending[host].items())},
-            "above_lowat": {n: c / total for n, c in sorted(writing[host].items())},
-        }
-    return out
+    above = shares(writing)
+    return {host: {"samples": sum(sending[host].values()), "sending": share,
+                   "above_lowat": above[host]}
+            for host, share in shares(sending).items()}  # fmt: skip
 
 
 def report(summary: dict[int, dict]) -> None:
     for host, stats in summary.items():
         sending = ", ".join(f"{n}: {share:.0%}" for n, share in stats["sending"].items())
         above = ", ".join(f"{n}: {share:.0%}" for n, share in stats["above_lowat"].items())
-        print(f"host {host}, while it has bytes to send: connections sending {sending}; "
-              f"above the low-water mark {above}")  # fmt: skip
+        mean = sum(n * share for n, share in stats["sending"].items())
+        print(f"host {host}, while it has bytes to send: connections sending {sending} "
+              f"(mean {mean:.2f}); above the low-water mark {above}")  # fmt: skip
 
 
 def shares(counts: dict[int, Counter]) -> dict[int, dict[int, float]]:
