@@ -189,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --every-node: untimed iterations")  # fmt: skip
     parser.add_argument("--iterations", type=int, default=EveryNode.iterations,
                         help="with --every-node: timed iterations")  # fmt: skip
+    parser.add_argument("--blend", type=float, default=EveryNode.blend,
+                        help="with --every-node: where a simulated cell's estimate lies from "
+                        "the fluid bound (0) to the simulation (1) (every_node.py, Note "
+                        "[between the bounds])")  # fmt: skip
     parser.add_argument("--all-cells", action="store_true",
                         help="count the cells run below the dilation rule's pick too")  # fmt: skip
     args = parser.parse_args(argv)
@@ -199,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             seeds=args.seeds,
             warmup=args.warmup,
             iterations=args.iterations,
+            blend=args.blend,
         )
     rows = compare(args.results, args.profile_dir, every, args.depth)
     if not rows:

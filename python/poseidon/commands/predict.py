@@ -56,8 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "e.g. 100gbit (PCIe 3 x16), 3600gbit (NVLink 4); default: free")  # fmt: skip
     p.add_argument("--every-node", type=float, metavar="SIGMA",
                    help="simulate the saturated PS cells node by node (every node's links, "
-                   "TCP's shares spread by SIGMA, 0 for even shares): slower, and nearer "
-                   "the emulation where one node cannot stand for all "
+                   "TCP's shares spread by SIGMA, 0 for even shares) and read them midway "
+                   "between the fluid bound and the simulation: slower, and nearer the "
+                   "emulation where one node cannot stand for all "
                    "(docs/experiments.md §4)")  # fmt: skip
     p.add_argument("-o", "--output", help="write the predictions as JSON")
     p.add_argument("--plot", help="write a PNG of speed-up against nodes")
@@ -125,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
             "saturated": prediction.saturated(link),
             "every_node": prediction.every_node,
         }
+        if prediction.bounds_s is not None:
+            extra["fluid_s"], extra["simulated_s"] = prediction.bounds_s
         if prediction.mode == "poseidon-tuned":
             extra["layer_schemes"] = format_layer_schemes(prediction.layer_schemes)
         results.add(Cell(prediction.mode, prediction.nodes, prediction.iteration_s, extra=extra))
@@ -134,7 +137,19 @@ def run(args: argparse.Namespace) -> int:
     saturated = [p for p in predictions if p.saturated(link) and not p.every_node]
     if saturated:
         print(saturation_note(saturated, link))
+    between = [p for p in predictions if p.bounds_s is not None]
+    if between:
+        print(bounds_note(between))
     return 0
+
+
+def bounds_note(cells: list[CellPrediction]) -> str:
+    """The ends of the range each simulated cell's estimate lies in (every_node.py, Note
+    [between the bounds])."""
+    listed = "; ".join(f"{c.mode} at P={c.nodes}: {c.iteration_s:.4f} s, from {c.bounds_s[0]:.4f}"
+                       f" to {c.bounds_s[1]:.4f}" for c in cells if c.bounds_s)  # fmt: skip
+    return (f"note: simulated node by node, each between the fluid bound and the simulation "
+            f"(docs/experiments.md §4): {listed}")  # fmt: skip
 
 
 def saturation_note(cells: list[CellPrediction], link: Link) -> str:

@@ -150,7 +150,7 @@ class ExperimentRequest:
         gso = args.gso != "off"
         byte_scale = 1
         if profile is not None and args.emulate:
-            byte_scale = choose_byte_scale(profile, max(nodes), bandwidth, per_node, gso)
+            byte_scale = choose_byte_scale(profile, nodes, bandwidth, per_node, gso)
         if args.dilation is not None and args.dilation <= 0:
             raise ValueError(f"--dilation {args.dilation} (want > 0)")
         if args.byte_scale is not None:

@@ -131,6 +131,9 @@ class CellPrediction:
     layer_schemes: dict[str, str] = field(default_factory=dict)  # the overrides it ran with
     workers_per_node: int = 1
     every_node: bool = False  # its iteration simulated node by node (every_node.py)
+    # With every_node: the fluid model's iteration and the simulation's, between which the
+    # iteration lies (every_node.py, Note [between the bounds]).
+    bounds_s: tuple[float, float] | None = None
 
     def link_busy(self, link: Link) -> float:
         """The share of the iteration one node's link spends sending (bytes over goodput)."""

@@ -55,7 +55,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from poseidon.experiments.profile import Profile
@@ -120,18 +120,27 @@ def describe_scaling(byte_scale: int, dilations: dict[int, float]) -> str:
             "slower; times reported undilated)")  # fmt: skip
 
 
-def choose_byte_scale(profile: Profile, max_nodes: int, bandwidth_bps: float,
+def choose_byte_scale(profile: Profile, nodes: int | Sequence[int], bandwidth_bps: float,
                       per_node: int = 1, gso: bool = True) -> int:  # fmt: skip
     """The smallest power of two that brings a worker's model to SCALED_MODEL_BYTES, raised
-    (up to PREFERRED_BYTE_SCALE) while the largest cell would still need dilation: shrinking
-    bytes costs no time, dilating does."""
-    model_bytes = profile.model_bytes
+    (up to PREFERRED_BYTE_SCALE) until the links fit the byte budget at the dilation each
+    cell of `nodes` (every node count of the sweep) gets at PREFERRED_BYTE_SCALE: shrinking
+    bytes costs no time, dilating does. But every emulated packet carries the byte scale
+    times a real one's data (TCP's grain: docs/experiments.md §2), so where the workers'
+    host load sets a cell's dilation and the links would fit at less, the bytes are not
+    shrunk for them."""
+    counts = [nodes] if isinstance(nodes, int) else list(nodes)
     scale = 1
-    while model_bytes / scale > SCALED_MODEL_BYTES:
+    while profile.model_bytes / scale > SCALED_MODEL_BYTES:
         scale *= 2
-    while (scale < PREFERRED_BYTE_SCALE
-           and choose_dilation(max_nodes, bandwidth_bps, scale, None, per_node, gso=gso)
-           > MIN_DILATION):  # fmt: skip
+    least = [choose_dilation(p, bandwidth_bps, max(scale, PREFERRED_BYTE_SCALE), profile,
+                             per_node, gso=gso) for p in counts]  # fmt: skip
+
+    def links_fit(scale: int) -> bool:
+        return all(choose_dilation(p, bandwidth_bps, scale, None, per_node, gso=gso) <= d
+                   for p, d in zip(counts, least))  # fmt: skip
+
+    while scale < PREFERRED_BYTE_SCALE and not links_fit(scale):
         scale *= 2
     return scale
 

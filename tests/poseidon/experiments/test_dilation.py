@@ -45,8 +45,30 @@ def test_the_byte_scale_grows_before_the_dilation_without_gso(two_cores):
     GSO is met first by a higher byte scale (up to PREFERRED_BYTE_SCALE)."""
     inception = shipped("inception_v3")  # 95 MB: 4 brings it under SCALED_MODEL_BYTES
     assert run.choose_byte_scale(inception, 4, 1e9) == 4
-    assert run.choose_byte_scale(inception, 4, 1e9, gso=False) == 8
+    assert run.choose_byte_scale(inception, 4, 10e9) == 8
+    assert run.choose_byte_scale(inception, 4, 10e9, gso=False) == run.PREFERRED_BYTE_SCALE
     assert run.choose_byte_scale(inception, 8, 10e9, gso=False) == run.PREFERRED_BYTE_SCALE
+
+
+def test_bytes_keep_their_size_where_the_host_load_sets_the_dilation(two_cores):
+    """Every emulated packet carries the byte scale times a real one's data, so bytes are
+    shrunk only as far as the links need at the dilation the cells get anyway: Inception-V3
+    on 4 x 4 needs d = 256 for its 16 workers' host load at any byte scale, where its links
+    fit at byte scale 4 (its flat Poseidon cell read 0.512 s at 32 and 0.497 s at 4,
+    docs/experiments.md §6.5)."""
+    inception = shipped("inception_v3")
+    scale = run.choose_byte_scale(inception, 4, 10e9, per_node=4, gso=False)
+    assert scale == 4
+    assert run.choose_dilation(4, 10e9, 4, inception, 4, gso=False) == 256
+    assert run.choose_dilation(4, 10e9, 32, inception, 4, gso=False) == 256
+    # Over a sweep every node count keeps the dilation the preferred scale would give it.
+    nodes = [1, 2, 4, 8, 16]
+    assert run.choose_byte_scale(inception, nodes, 10e9) == 8
+    for p in nodes:
+        assert run.choose_dilation(p, 10e9, 8, inception) == run.choose_dilation(
+            p, 10e9, run.PREFERRED_BYTE_SCALE, inception
+        )
+    assert run.choose_dilation(16, 10e9, 4, inception) > run.choose_dilation(16, 10e9, 8, inception)
 
 
 def test_many_short_layers_raise_the_dilation_with_the_nodes(two_cores):

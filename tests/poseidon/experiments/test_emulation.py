@@ -132,7 +132,10 @@ def test_several_workers_per_node_with_and_without_local_aggregation(tmp_path):
     args = ["experiment", "--model", "cifar10_quick", "--profile", "cifar10_quick.cpu",
             "--bandwidth", "300mbit", "--emulate", "--nodes", "2", "--workers-per-node", "2",
             "--modes", "poseidon,allreduce", "--iterations", "2", "--warmup", "1",
-            "--dilation", "2", "-o", str(out)]  # fmt: skip
+            "--dilation", "4", "-o", str(out)]  # fmt: skip
+    # d = 4 is the dilation rule's pick for these cells (run.py, choose_dilation): at 2 the
+    # four workers and their local stage want more than the rule's share of two cores, and
+    # the aggregated cell read 16% slow once with a busy neighbour on the machine.
     done = subprocess.run(poseidon(*args), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "speed-up over 1 worker" in done.stdout

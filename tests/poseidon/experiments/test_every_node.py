@@ -108,6 +108,13 @@ def test_only_saturated_ps_cells_are_simulated() -> None:
     assert slow.every_node and not fluid.every_node
     assert slow.iteration_s > fluid.iteration_s
     assert slow.wait_s == pytest.approx(slow.iteration_s - slow.compute_s - slow.rebuild_s)
+    # The estimate lies between the fluid bound and the simulation (Note [between the
+    # bounds]): the midpoint by default, the simulation itself with blend 1.
+    alone = simulate_iteration(profile, "wfbp", 4, busy, uneven)
+    assert slow.bounds_s == (fluid.iteration_s, alone)
+    assert slow.iteration_s == pytest.approx((fluid.iteration_s + alone) / 2)
+    whole = simulated(fluid, profile, busy, dataclasses.replace(uneven, blend=1.0))
+    assert whole.iteration_s == alone and whole.bounds_s == slow.bounds_s
     # A cell whose plan may hold lossy layers keeps its prediction.
     lossy = predict_cell(profile, "poseidon", 4, busy)
     assert lossy.saturated(busy) and simulated(lossy, profile, busy, uneven).every_node

@@ -28,12 +28,16 @@ def test_every_node_simulates_the_saturated_cells_only(bench, capsys) -> None:  
     args = ["--profile-dir", str(ROOT / "bench" / "nets"), str(RESULTS)]
     assert bench.main(args) == 0
     fluid = capsys.readouterr().out
-    assert bench.main([*args, "--every-node", "0"]) == 0
+    assert bench.main([*args, "--every-node", "0", "--blend", "1"]) == 0
     every = capsys.readouterr().out
     # unseen_a's fc1 is owned by a few shards at a time: simulated, the cell is 25% longer
     # (docs/experiments.md §6.5, "Every node simulated"); the P = 1 cells stay as they are.
     assert wfbp_at_4(fluid) == pytest.approx(0.5783, abs=1e-3)
     assert wfbp_at_4(every) == pytest.approx(0.7203, abs=2e-3)
+    # By default the estimate is midway between the two (Note [between the bounds]).
+    assert bench.main([*args, "--every-node", "0"]) == 0
+    midway = capsys.readouterr().out
+    assert wfbp_at_4(midway) == pytest.approx((wfbp_at_4(fluid) + wfbp_at_4(every)) / 2, abs=2e-4)
     ones = [x for x in fluid.splitlines() if x.split()[6:7] == ["1"]]
     assert ones and all(x in every for x in ones)
     assert "pairs of modes ordered otherwise than emulated" in every
