@@ -148,8 +148,8 @@ def bounds_note(cells: list[CellPrediction]) -> str:
     [between the bounds])."""
     listed = "; ".join(f"{c.mode} at P={c.nodes}: {c.iteration_s:.4f} s, from {c.bounds_s[0]:.4f}"
                        f" to {c.bounds_s[1]:.4f}" for c in cells if c.bounds_s)  # fmt: skip
-    return (f"note: simulated node by node, each between the fluid bound and the simulation "
-            f"(docs/experiments.md §4): {listed}")  # fmt: skip
+    return ("note: simulated node by node, each read midway between the fluid bound and the "
+            f"simulation (docs/experiments.md §4): {listed}")  # fmt: skip
 
 
 def saturation_note(cells: list[CellPrediction], link: Link) -> str:

@@ -271,7 +271,7 @@ def test_predict_flags_the_cells_it_reads_as_lower_bounds(capsys, tmp_path):
     fluid = cells["poseidon"]["iteration_s"]
     assert main([*args, "--bandwidth", "2gbit", "--every-node", "0", "-o", str(out)]) == 0
     note = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
-    assert len(note) == 1 and "between the fluid bound and the simulation" in note[0]
+    assert len(note) == 1 and "midway between the fluid bound and the simulation" in note[0]
     cells = {c["mode"]: c for c in json.loads(out.read_text())["cells"]}
     assert cells["poseidon"]["every_node"] and not cells["allreduce"]["every_node"]
     poseidon = cells["poseidon"]
