@@ -45,14 +45,13 @@ emulated ones: a frame to a busy downlink holds its sender's uplink share down a
 (max-min, nothing queued in between), where a switch port's queue lets the uplink run ahead
 and TCP's shares are not max-min. Of 28 emulated saturated PS cells, 15 fall between the
 two and the rest within 6% of the nearer (docs/experiments.md §6.5, "Between the bounds"),
-and where in between swings with the
-details of the sharing: unseen_a's WFBP at 4 nodes, emulated 0.663 s, simulated to 0.633-
-0.740 s with a downlink queue of 0.75 to 6 times the emulation's, 0.635 s with
-proportionally fair shares and 0.702 s with TCP Reno's (α = 2), against 0.578 s fluid and
-0.721 s max-min (scratch edits, not kept). No one of those is the emulation's, so
-`simulated` reports the point `blend` of the way from the bound to the simulation (the
-midpoint by default: the estimate whose worst error over the range is least) and both ends
-as the cell's `bounds_s`.
+and where in between swings with the details of the sharing: unseen_a's WFBP at 4 nodes,
+emulated 0.663 s, simulated to 0.633-0.740 s with a downlink queue of 0.75 to 6 times the
+emulation's, 0.635 s with proportionally fair shares and 0.702 s with TCP Reno's (α = 2),
+against 0.578 s fluid and 0.721 s max-min (scratch edits, not kept). No one of those is
+the emulation's, so `simulated` reports the point `blend` of the way from the bound to the
+simulation (the midpoint by default: the estimate whose worst error over the range is
+least) and both ends as the cell's `bounds_s`.
 """
 
 from __future__ import annotations
@@ -456,6 +455,5 @@ def simulated(
     iteration = simulate_iteration(profile, base, cell.nodes, link, every, chunk_bytes, threads,
                                    cell.layer_schemes or None, layout)  # fmt: skip
     estimate = cell.iteration_s + every.blend * (iteration - cell.iteration_s)
-    return replace(cell, iteration_s=estimate, every_node=True,
-                   bounds_s=(cell.iteration_s, iteration),
+    return replace(cell, iteration_s=estimate, bounds_s=(cell.iteration_s, iteration),
                    wait_s=estimate - cell.compute_s - cell.rebuild_s)  # fmt: skip

@@ -130,10 +130,14 @@ class CellPrediction:
     bytes_per_node: float  # sent by one node per iteration (= received)
     layer_schemes: dict[str, str] = field(default_factory=dict)  # the overrides it ran with
     workers_per_node: int = 1
-    every_node: bool = False  # its iteration simulated node by node (every_node.py)
-    # With every_node: the fluid model's iteration and the simulation's, between which the
-    # iteration lies (every_node.py, Note [between the bounds]).
+    # Where its iteration was simulated node by node (every_node.py): the fluid model's
+    # iteration and the simulation's, between which it lies (Note [between the bounds]).
     bounds_s: tuple[float, float] | None = None
+
+    @property
+    def every_node(self) -> bool:
+        """Whether its iteration was simulated node by node (every_node.py)."""
+        return self.bounds_s is not None
 
     def link_busy(self, link: Link) -> float:
         """The share of the iteration one node's link spends sending (bytes over goodput)."""
