@@ -41,6 +41,7 @@ class ClockStats:
     charged_s: float = 0.0  # undilated compute time spent
     late_s: float = 0.0  # wall time woken past the targets (slept too long), summed
     restarts: int = 0  # gaps longer than the slack (the device idled)
+    idle_s: float = 0.0  # wall time the device idled in those gaps (after its first step)
 
 
 DEFAULT_SLACK_S = 0.002
@@ -97,6 +98,8 @@ class ReplayClock:
             start = max(self._free_at, now - self._overslept - host_cpu)
         elif now > self._free_at + self.slack_s:
             start = now
+            if self.stats.spends:  # before the first step there was no device to idle
+                self.stats.idle_s += now - self._free_at
             self.stats.restarts += 1
         else:
             start = self._free_at

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from poseidon.config import SYNC_MODES
 from poseidon.experiments.emulation import DEFAULT_QUEUE_MS, EmulationError, LinkLosses
+from poseidon.experiments.machine_load import other_load_note
 from poseidon.experiments.predict import EXACT, PAPER_LAYOUT, Compression, Layout
 from poseidon.experiments.report import Cell, Results, write_outputs
 from poseidon.experiments.run import (
@@ -327,10 +328,13 @@ def run_experiment(request: ExperimentRequest) -> int:
                     f"{lost})"
                 )
                 if request.emulate and request.profile is not None:
-                    note = host_load_note(sync, cell.extra.get("host_load", 0.0),
-                                          job.scaling.dilation, os.cpu_count() or 1)  # fmt: skip
-                    if note:
-                        _progress(f"    {note}")
+                    cores = os.cpu_count() or 1
+                    notes = (host_load_note(sync, cell.extra.get("host_load", 0.0),
+                                            job.scaling.dilation, cores),
+                             other_load_note(cell.extra.get("other_load"), cores))  # fmt: skip
+                    for note in notes:
+                        if note:
+                            _progress(f"    {note}")
                 if request.output:
                     results.save(request.output)
     except KeyboardInterrupt:

@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from poseidon.experiments.machine_load import OtherLoad
 from poseidon.experiments.profile import Profile
 from poseidon.experiments.report import Cell
 
@@ -299,7 +300,9 @@ def run_cell(
         spec.ssh = ssh
     out = _Collector(echo)
     started = time.monotonic()
+    beside = OtherLoad(os.cpu_count() or 1).start()
     code = run_job(spec, out)
+    other_load = beside.other_share()
     if code in (130, 143):
         raise KeyboardInterrupt
     found = _results(out.lines)
@@ -323,11 +326,15 @@ def run_cell(
         "bytes_per_node": max(per_host),
         "wall_iteration_s": slowest["wall_iteration_s"],
         "late_s": max(r["late_s"] for r in found),
+        "idle_s": max(r.get("idle_s", 0.0) for r in found),
+        "restarts": max(r.get("restarts", 0) for r in found),
         # The share of this machine's cores the workers' processes took while timed.
         "host_load": sum(r.get("host_cpu_s", 0.0) for r in found)
         / (slowest["wall_iteration_s"] * (os.cpu_count() or 1)),
         "job_s": round(time.monotonic() - started, 1),
     }
+    if other_load is not None:  # what other processes took meanwhile (Note [other load])
+        extra["other_load"] = other_load
     if found[0].get("schemes"):
         extra["schemes"] = found[0]["schemes"]  # the plan: the same on every worker
     return Cell(mode, nodes, slowest["iteration_s"], extra=extra)

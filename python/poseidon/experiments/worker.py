@@ -106,6 +106,8 @@ class Mark:
     received: int
     charged_s: float  # the replay clock's charged compute
     late_s: float  # and how late it ran
+    idle_s: float  # and how long the device idled (the clock's restarts)
+    restarts: int
 
 
 class IterationMarks:
@@ -122,7 +124,8 @@ class IterationMarks:
             sent, received = traffic_bytes(self.sync)
             stats = self.clock.stats
             self.marks.append(Mark(time.perf_counter(), time.process_time(), sent, received,
-                                   stats.charged_s, stats.late_s))  # fmt: skip
+                                   stats.charged_s, stats.late_s, stats.idle_s,
+                                   stats.restarts))  # fmt: skip
         self.started += 1
 
     def on_gradients_ready(self) -> None:
@@ -190,6 +193,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "bytes_received": (last.received - first.received) / n,
             "compute_s": (last.charged_s - first.charged_s) / n,
             "late_s": (last.late_s - first.late_s) / n / dilation,
+            "idle_s": (last.idle_s - first.idle_s) / n / dilation,
+            "restarts": (last.restarts - first.restarts) / n,
             # This process's CPU time (all its threads) per iteration, real seconds: what a
             # node costs the machine that emulates it (run.py: choose_dilation).
             "host_cpu_s": (last.cpu_s - first.cpu_s) / n,

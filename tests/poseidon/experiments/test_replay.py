@@ -129,10 +129,13 @@ def test_the_clock_absorbs_its_own_lateness(monkeypatch):
     assert elapsed == pytest.approx(0.0412, abs=1e-9)
     assert device.stats.restarts == 1  # the first spend: the device was idle
     assert device.stats.late_s == pytest.approx(10 * 0.0002)
+    assert device.stats.idle_s == 0.0  # the first start is not an idle gap
     device.spend(0.0)
     fake.sleep(0.02)  # a real wait (a gradient in flight): the device idles
     device.spend(0.001)
     assert device.stats.restarts == 2
+    # From the last step's end: its lateness, the thread's 1 ms and the 20 ms wait.
+    assert device.stats.idle_s == pytest.approx(0.0002 + 0.001 + 0.0202)
 
 
 def test_a_profile_of_another_net_is_refused(profile):

@@ -22,6 +22,8 @@ class FakeClock:
 class Stats:
     charged_s: float = 0.0
     late_s: float = 0.0
+    idle_s: float = 0.0
+    restarts: int = 0
 
 
 @dataclass
