@@ -1,7 +1,8 @@
 """Markdown tables (and a figure) for docs/experiments.md from `poseidon experiment -o` files.
 
-    # speed-up per mode and node count, one file
-    .venv/bin/python bench/results_markdown.py scaling docs/results/vgg19_22k.10gbit.emulated.json
+    # speed-up per mode and node count, one file [and its figure, as --plot drew it]
+    .venv/bin/python bench/results_markdown.py scaling docs/results/vgg19_22k.10gbit.emulated.json \
+        [--plot scaling.png]
     # speed-up per mode and link at one node count, several files (one per bandwidth)
     .venv/bin/python bench/results_markdown.py bandwidth \
         docs/results/vgg19_22k.*.8nodes.emulated.json --nodes 8 [--plot bandwidth.png]
@@ -15,7 +16,7 @@ import argparse
 import json
 import sys
 
-from poseidon.experiments.report import MODE_LABELS
+from poseidon.experiments.report import MODE_LABELS, Results, plot
 from poseidon.experiments.units import format_bandwidth
 
 MODE_ORDER = list(MODE_LABELS)
@@ -107,12 +108,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("table", choices=["scaling", "bandwidth"])
     parser.add_argument("results", nargs="+", help="JSON files of poseidon experiment -o")
     parser.add_argument("--nodes", type=int, default=8, help="bandwidth: the node count")
-    parser.add_argument("--plot", help="bandwidth: write a PNG of speed-up against link")
+    parser.add_argument(
+        "--plot",
+        help="write a PNG: speed-up against nodes (scaling, one file: the figure of "
+        "poseidon experiment --plot) or against link (bandwidth)",
+    )
     args = parser.parse_args(argv)
     files = [load(path) for path in args.results]
     if args.table == "scaling":
+        if args.plot and len(files) != 1:
+            print("scaling --plot draws one file's figure; give one file", file=sys.stderr)
+            return 1
         for path, data in zip(args.results, files):
             print(f"{path}\n\n{scaling_table(data)}\n")
+        if args.plot:
+            plot(Results.load(args.results[0]), args.plot)
         return 0
     if not bandwidth_rows(files, args.nodes)[1]:
         print(f"no cells with {args.nodes} nodes in the given files", file=sys.stderr)

@@ -50,6 +50,10 @@ class Cell:
         return out
 
 
+_CELL_KEYS = ("mode", "nodes", "iteration_s")  # what every cell of a file has
+_CELL_FIELDS = (*_CELL_KEYS, "images_per_s", "speedup")  # Cell's own; the rest is `extra`
+
+
 @dataclass
 class Results:
     model: str
@@ -93,6 +97,28 @@ class Results:
             **self.info,
             "cells": [c.as_json() for c in self.cells],
         }
+
+    @classmethod
+    def load(cls, path: str) -> Results:
+        """A file that save() wrote, the figure's input again (older files lack some keys;
+        the header's required ones are named when missing)."""
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        missing = [k for k in ("model", "batch", "kind", "cells") if k not in data]
+        if missing:
+            raise ValueError(f"{path}: not a results file of poseidon experiment/predict "
+                             f"(no {', '.join(missing)})")  # fmt: skip
+        cells = []
+        for number, c in enumerate(data["cells"]):
+            if not all(k in c for k in _CELL_KEYS):
+                raise ValueError(f"{path}: cell {number} lacks one of {', '.join(_CELL_KEYS)}")
+            cells.append(Cell(c["mode"], c["nodes"], c["iteration_s"], c.get("images_per_s", 0.0),
+                              c.get("speedup", 0.0),
+                              {k: v for k, v in c.items() if k not in _CELL_FIELDS}))  # fmt: skip
+        header = ("model", "profile", "bandwidth_bps", "batch", "kind", "workers_per_node", "cells")
+        return cls(data["model"], data.get("profile", ""), data.get("bandwidth_bps"), data["batch"],
+                   data["kind"], cells, {k: v for k, v in data.items() if k not in header},
+                   data.get("workers_per_node", 1))  # fmt: skip
 
     def save(self, path: str) -> None:
         """Atomically: a half-written file never replaces a good one."""
