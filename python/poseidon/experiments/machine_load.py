@@ -76,9 +76,10 @@ class OtherLoad:
         return (max(0.0, others) + stolen) / (wall * self.cores)
 
 
-# Above this share of the cores taken by other processes, a cell's time is suspect; the
-# emulation's own bookkeeping outside the job (the launcher's threads, the kernel's
-# workers) stays below it on an otherwise idle machine (docs/experiments.md §6.5).
+# Above this share of the cores taken by other processes, a cell's time is suspect. What the
+# kernel's own threads do for an emulation counts as other work too, but stays far below it
+# on a machine left to the emulation: 0 to 0.013 of the cores in the cells of
+# docs/experiments.md §6.5 ("Other work beside an emulation") and §6.2's rerun at byte scale 8.
 OTHER_LOAD_NOTE_SHARE = 0.05
 
 
