@@ -25,7 +25,7 @@ _BUSY_FIELDS = (0, 1, 2)  # user, nice, system (user includes guest time)
 _STEAL_FIELD = 7  # time the hypervisor gave this machine's virtual CPUs to others
 
 
-def machine_busy_s(stat_path: str = _STAT) -> tuple[float, float] | None:
+def machine_cpu_s(stat_path: str = _STAT) -> tuple[float, float] | None:
     """CPU seconds all cores have spent busy (user, nice and system time) and stolen (by
     the hypervisor) since boot; None where /proc/stat cannot be read (not Linux)."""
     try:
@@ -60,14 +60,14 @@ class OtherLoad:
     _wall: float = 0.0
 
     def start(self) -> OtherLoad:
-        self._busy = machine_busy_s(self.stat_path)
+        self._busy = machine_cpu_s(self.stat_path)
         self._own = own_cpu_s()
         self._wall = time.monotonic()
         return self
 
     def other_share(self) -> float | None:
         """Since start(): None where the machine's busy time cannot be read."""
-        busy = machine_busy_s(self.stat_path)
+        busy = machine_cpu_s(self.stat_path)
         wall = time.monotonic() - self._wall
         if busy is None or self._busy is None or wall <= 0:
             return None

@@ -121,7 +121,7 @@ def describe_scaling(byte_scale: int, dilations: dict[int, float]) -> str:
             "slower; times reported undilated)")  # fmt: skip
 
 
-def choose_byte_scale(profile: Profile, nodes: int | Sequence[int], bandwidth_bps: float,
+def choose_byte_scale(profile: Profile, nodes: Sequence[int], bandwidth_bps: float,
                       per_node: int = 1, gso: bool = True) -> int:  # fmt: skip
     """The smallest power of two that brings a worker's model to SCALED_MODEL_BYTES, raised
     (up to PREFERRED_BYTE_SCALE) until the links fit the byte budget at the dilation each
@@ -130,7 +130,7 @@ def choose_byte_scale(profile: Profile, nodes: int | Sequence[int], bandwidth_bp
     times a real one's data (TCP's grain: docs/experiments.md §2), so where the workers'
     host load sets a cell's dilation and the links would fit at less, the bytes are not
     shrunk for them."""
-    counts = [nodes] if isinstance(nodes, int) else list(nodes)
+    counts = list(nodes)
     scale = 1
     while profile.model_bytes / scale > SCALED_MODEL_BYTES:
         scale *= 2

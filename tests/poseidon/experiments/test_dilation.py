@@ -44,10 +44,10 @@ def test_the_byte_scale_grows_before_the_dilation_without_gso(two_cores):
     """Shrinking bytes costs no time, dilating does: the links' higher CPU per byte without
     GSO is met first by a higher byte scale (up to PREFERRED_BYTE_SCALE)."""
     inception = shipped("inception_v3")  # 95 MB: 4 brings it under SCALED_MODEL_BYTES
-    assert run.choose_byte_scale(inception, 4, 1e9) == 4
-    assert run.choose_byte_scale(inception, 4, 10e9) == 8
-    assert run.choose_byte_scale(inception, 4, 10e9, gso=False) == run.PREFERRED_BYTE_SCALE
-    assert run.choose_byte_scale(inception, 8, 10e9, gso=False) == run.PREFERRED_BYTE_SCALE
+    assert run.choose_byte_scale(inception, [4], 1e9) == 4
+    assert run.choose_byte_scale(inception, [4], 10e9) == 8
+    assert run.choose_byte_scale(inception, [4], 10e9, gso=False) == run.PREFERRED_BYTE_SCALE
+    assert run.choose_byte_scale(inception, [8], 10e9, gso=False) == run.PREFERRED_BYTE_SCALE
 
 
 def test_bytes_keep_their_size_where_the_host_load_sets_the_dilation(two_cores):
@@ -57,7 +57,7 @@ def test_bytes_keep_their_size_where_the_host_load_sets_the_dilation(two_cores):
     fit at byte scale 4 (its flat Poseidon cell read 0.512 s at 32 and 0.497 s at 4,
     docs/experiments.md §6.5)."""
     inception = shipped("inception_v3")
-    scale = run.choose_byte_scale(inception, 4, 10e9, per_node=4, gso=False)
+    scale = run.choose_byte_scale(inception, [4], 10e9, per_node=4, gso=False)
     assert scale == 4
     assert run.choose_dilation(4, 10e9, 4, inception, 4, gso=False) == 256
     assert run.choose_dilation(4, 10e9, 32, inception, 4, gso=False) == 256

@@ -14,7 +14,7 @@ from poseidon.experiments import machine_load
 from poseidon.experiments.machine_load import (
     OTHER_LOAD_NOTE_SHARE,
     OtherLoad,
-    machine_busy_s,
+    machine_cpu_s,
     other_load_note,
 )
 
@@ -30,12 +30,12 @@ def write_stat(path, user: int, nice: int, system: int, softirq: int = 0, steal:
 def test_busy_time_counts_user_nice_and_system_not_interrupts(tmp_path):
     stat = tmp_path / "stat"
     write_stat(stat, user=3 * TICK, nice=2 * TICK, system=TICK, softirq=50 * TICK, steal=TICK)
-    assert machine_busy_s(str(stat)) == pytest.approx((6.0, 1.0))
+    assert machine_cpu_s(str(stat)) == pytest.approx((6.0, 1.0))
     (tmp_path / "old").write_text(f"cpu  {TICK} 0 0 9999\n")  # a kernel before steal time
-    assert machine_busy_s(str(tmp_path / "old")) == pytest.approx((1.0, 0.0))
-    assert machine_busy_s(str(tmp_path / "absent")) is None
+    assert machine_cpu_s(str(tmp_path / "old")) == pytest.approx((1.0, 0.0))
+    assert machine_cpu_s(str(tmp_path / "absent")) is None
     (tmp_path / "odd").write_text("intr 1 2 3\n")
-    assert machine_busy_s(str(tmp_path / "odd")) is None
+    assert machine_cpu_s(str(tmp_path / "odd")) is None
 
 
 def test_other_share_is_the_busy_time_less_the_jobs_over_the_cores(tmp_path, monkeypatch):
